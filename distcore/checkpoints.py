@@ -1,0 +1,143 @@
+"""Checkpoints: save on a schedule, restore with checks, evaluate on any device set.
+
+Checkpoints are named by their global step (`ckpt-500`), so a name says where in
+training it was taken. Restores are checked (`assert_existing_objects_matched`):
+a checkpoint from another model is refused, never half-loaded. When the newest
+checkpoint is unreadable, `restore_latest` falls back to the newest intact one
+and says so; it never silently starts again from step 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tensorflow as tf
+
+from . import runs
+from .config import DistcoreError
+
+
+class Saver:
+    def __init__(self, checkpoint: tf.train.Checkpoint, folder: Path):
+        self.checkpoint = checkpoint
+        self.folder = Path(folder)
+        self.manager = tf.train.CheckpointManager(checkpoint, str(folder), max_to_keep=None, checkpoint_name="ckpt")
+
+    def has(self, step: int) -> bool:
+        return f"ckpt-{step}" in runs.list_checkpoints(self.folder.parent)
+
+    def save(self, step: int) -> str:
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except (OSError, tf.errors.OpError) as err:
+            raise DistcoreError(f"could not save a checkpoint in {self.folder}: {err}") from None
+        return Path(path).name
+
+    def restore_latest(self, on_fallback=lambda message: None) -> str:
+        """Restore the newest checkpoint that reads back intact; return its name."""
+        names = runs.list_checkpoints(self.folder.parent)
+        if not names:
+            raise DistcoreError(f"cannot resume: {self.folder} holds no checkpoint.")
+        problems = []
+        for name in reversed(names):
+            try:
+                restore(self.checkpoint, self.folder / name)
+            except DistcoreError as err:
+                problems.append(f"{name}: {err}")
+                continue
+            if problems:
+                on_fallback(f"restored {name}; skipped unreadable {'; '.join(problems)}")
+            return name
+        raise DistcoreError("no checkpoint could be restored: " + "; ".join(problems))
+
+
+def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False) -> None:
+    """Restore `prefix` into `checkpoint`, refusing a mismatched or damaged checkpoint."""
+    try:
+        status = checkpoint.restore(str(prefix))
+        if partial:
+            status.expect_partial()
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line[:300]}).") from None
+
+
+def find(run_dir, name: str | None) -> tuple[str, int]:
+    """A checkpoint of the run by name (default: the newest), with its step."""
+    names = runs.list_checkpoints(run_dir)
+    if not names:
+        raise DistcoreError(f"run {Path(run_dir).name} has no checkpoints yet.")
+    if name is None:
+        name = names[-1]
+    step = runs.checkpoint_step(name)
+    if name not in names:
+        raise DistcoreError(f"run {Path(run_dir).name} has no checkpoint {name}; it has: {', '.join(names)}.")
+    return name, step
+
+
+def evaluate(run_dir, name: str | None = None, device_names=None, details: bool = False) -> dict:
+    """Restore a checkpoint into a fresh model and measure it on the run's test set.
+
+    `device_names=None` evaluates with no strategy (TensorFlow's default strategy:
+    one device, plain calls), as the tutorial's "restore without a strategy".
+    """
+    import keras
+
+    from . import data as data_lib, devices, inputs
+    from .config import TrainConfig
+    from .model import create_model
+
+    config = TrainConfig.from_dict(runs.read_config(run_dir))
+    name, step = find(run_dir, name)
+    strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
+    data = data_lib.load(config.data_dir)
+    n = config.test_examples
+    with strategy.scope():
+        model = create_model(config.model, config.l2)
+        loss_metric = keras.metrics.Mean()
+        accuracy_metric = keras.metrics.SparseCategoricalAccuracy()
+    restore(tf.train.Checkpoint(model=model), Path(run_dir) / "checkpoints" / name, partial=True)
+    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    def replica_step(images, labels):
+        logits = model(images, training=False)
+        loss_metric.update_state(loss_object(labels, logits))
+        accuracy_metric.update_state(labels, logits)
+        return tf.argmax(logits, axis=1, output_type=tf.int32), labels
+
+    @tf.function
+    def step_fn(batch):
+        return strategy.run(replica_step, args=batch)
+
+    dist = inputs.distribute(strategy, lambda: inputs.in_memory(data.test_images[:n], data.test_labels[:n]),
+                             global_batch=config.global_batch, api="dataset", policy=config.policy,
+                             drop_remainder=False)
+    confusion = [[0] * 10 for _ in range(10)]
+    for batch in dist:
+        predicted, labels = step_fn(batch)
+        if details:
+            for p, y in zip(strategy.experimental_local_results(predicted), strategy.experimental_local_results(labels)):
+                for pi, yi in zip(p.numpy(), y.numpy()):
+                    confusion[int(yi)][int(pi)] += 1
+    result = {
+        "checkpoint": name, "step": step, "accuracy": float(accuracy_metric.result()),
+        "loss": float(loss_metric.result()), "examples": n,
+        "devices": list(device_names) if device_names else ["no strategy"],
+    }
+    if details:
+        result["confusion"] = confusion
+        result["samples"] = sample_predictions(model, data, count=16)
+    return result
+
+
+def sample_predictions(model, data, count: int) -> list[dict]:
+    images, labels = inputs_for(data, count)
+    predicted = tf.argmax(model(images, training=False), axis=1).numpy()
+    return [{"index": i, "label": int(labels[i]), "predicted": int(predicted[i])} for i in range(count)]
+
+
+def inputs_for(data, count: int):
+    from .inputs import normalize
+
+    return normalize(data.test_images[:count], data.test_labels[:count])

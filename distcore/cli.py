@@ -1,0 +1,253 @@
+"""`python -m distcore`: devices, split, planner, train, evaluate, loss-check.
+
+Errors a user can cause print `error: MESSAGE` on stderr (and `{"error": MESSAGE}`
+on stdout with --json) and exit with status 2. Tracebacks are for bugs.
+TensorFlow is imported inside each command, after the device set is known,
+because the process's logical devices can only be configured once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's start-up chatter off the terminal
+
+
+def add_devices(parser, required: bool = False):
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--replicas", help="number of replicas (GPUs if there are enough, else logical CPUs)")
+    group.add_argument("--devices", help="explicit device list, e.g. cpu:0,cpu:1 or gpu:0,gpu:1")
+    return group
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m distcore", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("devices", help="list the devices this machine offers")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser("split", help="show which example ids each replica gets, step by step")
+    p.add_argument("--examples", required=True, help="dataset size N (ids 0..N-1)")
+    p.add_argument("--global-batch", required=True, help="global batch size G")
+    add_devices(p)
+    p.add_argument("--policy", default="auto", choices=POLICIES, help="tf.data AutoShardPolicy")
+    p.add_argument("--api", default="dataset", choices=APIS,
+                   help="dataset: experimental_distribute_dataset; function: distribute_datasets_from_function")
+    p.add_argument("--drop-remainder", action="store_true", help="drop the last partial global batch")
+    p.add_argument("--files", default="0", help="write the ids into F TFRecord files (0: in memory)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    sub.add_parser("planner", help="serve split plans as JSON lines on stdin/stdout (used by the app)")
+
+    p = sub.add_parser("train", help="train with a MirroredStrategy custom loop into a run directory")
+    p.add_argument("--run-dir", required=True, help="the run directory (created; must be new unless --resume)")
+    add_devices(p)
+    p.add_argument("--global-batch", help="global batch size (default 64)")
+    p.add_argument("--epochs", help="epochs (default 1)")
+    p.add_argument("--max-steps", help="stop after this many global steps (default: no limit)")
+    p.add_argument("--seed", help="seed for weights and shuffling (default 0)")
+    p.add_argument("--steps-per-loop", help="steps per tf.function call (default 20)")
+    p.add_argument("--checkpoint-every", help="checkpoint every N steps (default: epoch ends only)")
+    p.add_argument("--model", choices=MODELS, help="cnn (tutorial, default) or mlp (training-loop guide)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, help="adam (default) or sgd")
+    p.add_argument("--learning-rate", help="learning rate (default 0.001)")
+    p.add_argument("--l2", help="L2 weight penalty (default 0)")
+    p.add_argument("--policy", choices=POLICIES, help="tf.data AutoShardPolicy (default auto)")
+    p.add_argument("--api", choices=APIS, help="input API (default dataset)")
+    p.add_argument("--drop-remainder", action="store_true", default=None, help="drop partial last batches")
+    p.add_argument("--train-examples", help="use the first N training images (default 60000)")
+    p.add_argument("--test-examples", help="use the first N test images (default 10000)")
+    p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
+    p.add_argument("--json", action="store_true", help="print metrics records as JSON lines")
+
+    p = sub.add_parser("evaluate", help="restore a checkpoint and evaluate it on the test set")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--checkpoint", help="checkpoint name, e.g. ckpt-500 (default: the newest)")
+    group = add_devices(p)
+    group.add_argument("--no-strategy", action="store_true", help="restore and evaluate with no strategy")
+    p.add_argument("--details", action="store_true", help="add a confusion matrix and sample predictions")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("loss-check", help="one batch's loss: single device vs distributed vs two mistakes")
+    add_devices(p)
+    p.add_argument("--global-batch", default="64")
+    p.add_argument("--seed", default="0")
+    p.add_argument("--data-dir")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def device_names(args, default_replicas=2):
+    from . import devices
+
+    if getattr(args, "devices", None):
+        return devices.resolve(devices=args.devices)
+    return devices.resolve(replicas=args.replicas if args.replicas is not None else default_replicas)
+
+
+def print_json(data) -> None:
+    print(json.dumps(data), flush=True)
+
+
+def cmd_devices(args) -> int:
+    from . import devices
+
+    info = devices.inventory()
+    if args.json:
+        print_json(info)
+    else:
+        print(f"TensorFlow {info['tensorflow']}; {info['cpu_cores']} CPU cores")
+        print("GPUs: " + (", ".join(info["gpus"]) or "none"))
+        print(f"CPU: can be split into up to {info['max_logical_cpus']} logical devices (cpu:0 ... cpu:{info['max_logical_cpus'] - 1})")
+        print("default device set: " + ",".join(info["default"]))
+    return 0
+
+
+def split_config(request: dict, names) -> SplitConfig:
+    return SplitConfig(examples=request.get("examples"), global_batch=request.get("global_batch"),
+                       devices=tuple(names), policy=request.get("policy", "auto"),
+                       api=request.get("api", "dataset"), drop_remainder=request.get("drop_remainder", False),
+                       files=request.get("files", 0))
+
+
+def cmd_split(args) -> int:
+    from . import split
+
+    names = device_names(args)
+    plan = split.plan(split_config({"examples": args.examples, "global_batch": args.global_batch,
+                                    "policy": args.policy, "api": args.api,
+                                    "drop_remainder": args.drop_remainder, "files": args.files}, names))
+    if args.json:
+        print_json(plan)
+        return 0
+    for number, step in enumerate(plan["steps"], start=1):
+        print(f"step {number}: " + "  ".join(f"r{r}={ids}" for r, ids in enumerate(step)))
+    for note in plan["notes"] + plan["tf_messages"]:
+        print("- " + note)
+    return 0
+
+
+def cmd_planner(args) -> int:
+    """One process, devices configured once, many plans: the app's split visualiser."""
+    from . import devices, split
+    from .config import MAX_LOGICAL_CPUS
+
+    devices.configure(MAX_LOGICAL_CPUS)
+    print_json({"ready": True, "max_replicas": MAX_LOGICAL_CPUS})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            if not isinstance(request, dict):
+                raise DistcoreError("a planner request must be a JSON object.")
+            if request.get("devices"):
+                names = devices.resolve(devices=request["devices"])
+            else:
+                names = devices.resolve(replicas=request.get("replicas", 2))
+            print_json(split.plan(split_config(request, names)))
+        except DistcoreError as err:
+            print_json({"error": str(err)})
+        except ValueError as err:
+            print_json({"error": f"malformed request: {err}"})
+    return 0
+
+
+TRAIN_FLAGS = ("global_batch", "epochs", "max_steps", "seed", "steps_per_loop", "checkpoint_every", "model",
+               "optimizer", "learning_rate", "l2", "policy", "api", "drop_remainder", "train_examples",
+               "test_examples", "data_dir")
+
+
+def cmd_train(args) -> int:
+    from . import controller
+
+    given = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
+    if args.replicas is not None or args.devices:
+        given["devices"] = device_names(args)
+    if args.resume:
+        config = controller.resume_config(args.run_dir, given)
+    else:
+        given.setdefault("devices", device_names(args))
+        config = TrainConfig(**given)
+    progress = None if args.json or not sys.stderr.isatty() else Progress(config.total_steps())
+    on_record = print_json if args.json else (progress.update if progress else None)
+    stop = controller.StopFlag().install()
+    result = controller.Controller(config, args.run_dir, resume=args.resume, stop=stop, on_record=on_record).run()
+    if progress:
+        progress.close()
+    if not args.json:
+        print(f"{result['state']} at step {result['step']} of {result['total_steps']}; run directory: {args.run_dir}")
+    return 0
+
+
+class Progress:
+    """A one-line progress bar on a terminal's stderr."""
+
+    def __init__(self, total: int):
+        self.total = max(total, 1)
+
+    def update(self, record: dict) -> None:
+        if "loss" in record:
+            done = record["step"] / self.total
+            bar = "#" * int(30 * done)
+            sys.stderr.write(f"\r[{bar:<30}] step {record['step']}/{self.total} loss {record['loss']:.4f} "
+                             f"{record['examples_per_sec']:.0f} ex/s ")
+        elif "test_accuracy" in record and "epoch" in record:
+            sys.stderr.write(f"\nepoch {record['epoch']}: train loss {record['train_loss']:.4f}, "
+                             f"test accuracy {record['test_accuracy']:.4f}\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+
+
+def cmd_evaluate(args) -> int:
+    from . import checkpoints, runs
+
+    runs.read_config(args.run_dir)  # a clear error for a directory that is not a run
+    names = None if args.no_strategy else device_names(args, default_replicas=1)
+    result = checkpoints.evaluate(args.run_dir, args.checkpoint, names, details=args.details)
+    if args.json:
+        print_json(result)
+    else:
+        print(f"{result['checkpoint']} (step {result['step']}) on {', '.join(result['devices'])}: "
+              f"accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f} over {result['examples']} test images")
+    return 0
+
+
+def cmd_loss_check(args) -> int:
+    from .config import check_int
+    from .losscheck import loss_check
+
+    names = device_names(args)
+    result = loss_check(names, check_int("global batch size", args.global_batch, high=10_000),
+                        seed=check_int("seed", args.seed, low=0), data_dir=args.data_dir)
+    if args.json:
+        print_json(result)
+    else:
+        for key in ("single_device", "distributed", "mistake_reduce_mean", "mistake_keras_mean"):
+            print(f"{key:>20}: {result[key]:.6f}")
+        print(result["explanation"])
+    return 0
+
+
+COMMANDS = {"devices": cmd_devices, "split": cmd_split, "planner": cmd_planner, "train": cmd_train,
+            "evaluate": cmd_evaluate, "loss-check": cmd_loss_check}
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except DistcoreError as err:
+        if getattr(args, "json", False):
+            print_json({"error": str(err)})
+        print(f"error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,195 @@
+"""Configuration: frozen dataclasses, validated in one place.
+
+Every error a user can cause is a `DistcoreError` whose message says what is
+wrong and what is allowed. The CLI prints it and exits 2; the app shows it.
+This module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+POLICIES = ("auto", "file", "data", "off")
+APIS = ("dataset", "function")
+MODELS = ("cnn", "mlp")
+OPTIMIZERS = ("adam", "sgd")
+MAX_LOGICAL_CPUS = 16
+MAX_GLOBAL_BATCH = 65536
+MAX_SPLIT_EXAMPLES = 100_000
+TRAIN_SIZE = 60_000
+TEST_SIZE = 10_000
+
+
+class DistcoreError(Exception):
+    """An error the user caused; the message is for people, not a traceback."""
+
+
+def check_int(name: str, value, *, low: int = 1, high: int | None = None) -> int:
+    """Return `value` as an int, or raise a DistcoreError naming the allowed range."""
+    allowed = f"a whole number from {low}" + (f" to {high}" if high is not None else " up")
+    if isinstance(value, bool) or value is None:
+        raise DistcoreError(f"{name} ({value!r}) must be {allowed}.")
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            raise DistcoreError(f"{name} ({value!r}) must be {allowed}.")
+        value = int(value)
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise DistcoreError(f"{name} ({value!r}) must be {allowed}.") from None
+    if not isinstance(value, int):
+        raise DistcoreError(f"{name} ({value!r}) must be {allowed}.")
+    if value < low or (high is not None and value > high):
+        raise DistcoreError(f"{name} ({value}) must be {allowed}.")
+    return value
+
+
+def check_float(name: str, value, *, low: float, high: float, low_open: bool = False) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise DistcoreError(f"{name} ({value!r}) must be a number.") from None
+    too_low = number <= low if low_open else number < low
+    if not math.isfinite(number) or too_low or number > high:
+        bracket = "(" if low_open else "["
+        raise DistcoreError(f"{name} ({value!r}) must be a finite number in {bracket}{low}, {high}].")
+    return number
+
+
+def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
+    text = str(value).strip().lower() if value is not None else ""
+    if text not in choices:
+        raise DistcoreError(f"{name} ({value!r}) must be one of: {', '.join(choices)}.")
+    return text
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """One split plan: N tagged example ids, batched by G, spread over a device set."""
+
+    examples: int
+    global_batch: int
+    devices: tuple[str, ...]
+    policy: str = "auto"
+    api: str = "dataset"
+    drop_remainder: bool = False
+    files: int = 0  # 0: an in-memory dataset; F > 0: ids written to F TFRecord files
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "examples", check_int("examples", self.examples, high=MAX_SPLIT_EXAMPLES))
+        set_(self, "global_batch", check_int("global batch size", self.global_batch, high=MAX_GLOBAL_BATCH))
+        set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
+        set_(self, "api", check_choice("input API", self.api, APIS))
+        set_(self, "files", check_int("files", self.files, low=0, high=64))
+        set_(self, "drop_remainder", bool(self.drop_remainder))
+        if not self.devices:
+            raise DistcoreError("the device set is empty: choose at least one device.")
+        if self.global_batch > self.examples:
+            raise DistcoreError(
+                f"global batch size ({self.global_batch}) is larger than the dataset "
+                f"({self.examples} examples): choose a batch of at most {self.examples}."
+            )
+        if self.api == "function" and self.global_batch % len(self.devices):
+            raise DistcoreError(
+                f"with distribute_datasets_from_function the global batch ({self.global_batch}) must "
+                f"divide evenly by the number of replicas ({len(self.devices)}); "
+                f"try {self.global_batch - self.global_batch % len(self.devices) or len(self.devices)}."
+            )
+        if self.files and self.files > self.examples:
+            raise DistcoreError(f"files ({self.files}) must be at most the number of examples ({self.examples}).")
+
+    @property
+    def replicas(self) -> int:
+        return len(self.devices)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything needed to repeat a training run (stored as config.json)."""
+
+    devices: tuple[str, ...]
+    model: str = "cnn"
+    optimizer: str = "adam"
+    learning_rate: float = 0.001
+    l2: float = 0.0
+    global_batch: int = 64
+    epochs: int = 1
+    max_steps: int = 0  # 0: no limit beyond epochs
+    seed: int = 0
+    steps_per_loop: int = 20
+    checkpoint_every: int = 0  # steps; 0: only at epoch ends and on stop
+    policy: str = "auto"
+    api: str = "dataset"
+    drop_remainder: bool = False
+    train_examples: int = TRAIN_SIZE
+    test_examples: int = TEST_SIZE
+    data_dir: str | None = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "devices", tuple(self.devices))
+        if not self.devices:
+            raise DistcoreError("the device set is empty: choose at least one device.")
+        set_(self, "model", check_choice("model", self.model, MODELS))
+        set_(self, "optimizer", check_choice("optimizer", self.optimizer, OPTIMIZERS))
+        set_(self, "learning_rate", check_float("learning rate", self.learning_rate, low=0.0, high=10.0, low_open=True))
+        set_(self, "l2", check_float("L2 weight penalty", self.l2, low=0.0, high=1.0))
+        set_(self, "global_batch", check_int("global batch size", self.global_batch, high=MAX_GLOBAL_BATCH))
+        set_(self, "epochs", check_int("epochs", self.epochs, high=1000))
+        set_(self, "max_steps", check_int("max steps", self.max_steps, low=0, high=10**9))
+        set_(self, "seed", check_int("seed", self.seed, low=0, high=2**31 - 1))
+        set_(self, "steps_per_loop", check_int("steps per loop", self.steps_per_loop, high=10_000))
+        set_(self, "checkpoint_every", check_int("checkpoint interval", self.checkpoint_every, low=0, high=10**9))
+        set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
+        set_(self, "api", check_choice("input API", self.api, APIS))
+        set_(self, "train_examples", check_int("train examples", self.train_examples, high=TRAIN_SIZE))
+        set_(self, "test_examples", check_int("test examples", self.test_examples, high=TEST_SIZE))
+        set_(self, "drop_remainder", bool(self.drop_remainder))
+        if self.global_batch > self.train_examples:
+            raise DistcoreError(
+                f"global batch size ({self.global_batch}) is larger than the training set "
+                f"({self.train_examples} examples): choose a batch of at most {self.train_examples}."
+            )
+        if self.api == "function" and self.global_batch % self.replicas:
+            raise DistcoreError(
+                f"with distribute_datasets_from_function the global batch ({self.global_batch}) must "
+                f"divide evenly by the number of replicas ({self.replicas})."
+            )
+
+    @property
+    def replicas(self) -> int:
+        return len(self.devices)
+
+    def steps_per_epoch(self) -> int:
+        full, rest = divmod(self.train_examples, self.global_batch)
+        return full + (1 if rest and not self.drop_remainder else 0)
+
+    def total_steps(self) -> int:
+        total = self.steps_per_epoch() * self.epochs
+        return min(total, self.max_steps) if self.max_steps else total
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["devices"] = list(self.devices)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = {k: v for k, v in data.items() if k in names}
+        return cls(**known)
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    # What a resume may change without invalidating the checkpoint.
+    RESUMABLE = ("epochs", "max_steps", "steps_per_loop", "checkpoint_every", "devices", "data_dir")
+
+    def resume_conflicts(self, saved: "TrainConfig") -> list[str]:
+        """Fields that differ from the saved run and would make its checkpoint mean something else."""
+        mine, theirs = self.to_dict(), saved.to_dict()
+        return [k for k in mine if k not in self.RESUMABLE and mine[k] != theirs.get(k)]

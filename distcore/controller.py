@@ -1,0 +1,225 @@
+"""The outer loop: how many steps per call, when to test, checkpoint, log and stop.
+
+Like orbit's Controller, it drives `loop.StepRunner` in chunks of
+`steps_per_loop` steps and owns the run directory: config.json, metrics.jsonl,
+status.json, TensorBoard events and checkpoints.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+import tensorflow as tf
+
+from . import checkpoints, data as data_lib, devices, inputs, runs
+from .config import DistcoreError, TrainConfig
+from .loop import StepRunner
+
+
+class StopFlag:
+    """Set by SIGTERM/SIGINT (or by a caller); the loop checks it between step chunks."""
+
+    def __init__(self):
+        self._event = threading.Event()
+
+    def set(self, *_):
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def install(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.set)
+        return self
+
+
+def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
+    """The epoch's shuffled examples, minus the batches a resumed run already trained on."""
+    def make():
+        if config.policy == "file":  # FILE sharding needs a dataset read from files
+            files = inputs.train_records(data, config.train_examples)
+            ds = inputs.from_records(files, seed=config.seed, epoch=epoch, limit=config.train_examples)
+        else:
+            n = config.train_examples
+            ds = inputs.in_memory(data.train_images[:n], data.train_labels[:n], seed=config.seed, epoch=epoch)
+        # Batches are contiguous slices of the shuffled order, so skipping k*G examples
+        # before batching resumes exactly at global batch k.
+        return ds.skip(skip_batches * config.global_batch) if skip_batches else ds
+    return make
+
+
+def test_dataset(strategy, config: TrainConfig, data):
+    n = config.test_examples
+    make = lambda: inputs.in_memory(data.test_images[:n], data.test_labels[:n])  # noqa: E731
+    return inputs.distribute(strategy, make, global_batch=config.global_batch, api="dataset",
+                             policy=config.policy, drop_remainder=False)
+
+
+def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
+    """The saved run's configuration with `overrides` applied, refusing changes that
+    would make its checkpoints mean something else (model, batch, optimizer, ...)."""
+    saved = TrainConfig.from_dict(runs.read_config(run_dir))
+    wanted = saved.replace(**(overrides or {}))
+    conflicts = wanted.resume_conflicts(saved)
+    if conflicts:
+        changes = ", ".join(f"{k} {getattr(saved, k)!r} -> {getattr(wanted, k)!r}" for k in conflicts)
+        raise DistcoreError(
+            f"cannot resume {run_dir} with a changed configuration ({changes}); its checkpoints were "
+            f"trained with the saved values. Only {', '.join(TrainConfig.RESUMABLE)} may change; "
+            "start a new run for the rest."
+        )
+    return wanted
+
+
+class Controller:
+    def __init__(self, config: TrainConfig, run_dir, *, resume: bool = False, stop: StopFlag | None = None,
+                 on_record=None):
+        """`config` is the run's configuration; for a resume, build it with `resume_config`."""
+        self.config, self.run_dir = config, Path(run_dir)
+        self.stop = stop or StopFlag()
+        self.on_record = on_record or (lambda record: None)
+        self.prepare_dir(resume)
+        self.metrics = runs.MetricsLog(self.run_dir)
+        self.data = data_lib.subset(data_lib.load(config.data_dir), config.train_examples, config.test_examples)
+        self.strategy = devices.make_strategy(config.devices)
+        self.runner = StepRunner(self.strategy, config)
+        self.saver = checkpoints.Saver(self.runner.checkpoint(), self.run_dir / "checkpoints")
+        self.resumed_from = None
+        if resume:
+            self.resumed_from = self.saver.restore_latest(
+                on_fallback=lambda message: self.log_event("fallback", message))
+        self.writer = tf.summary.create_file_writer(str(self.run_dir / "logs"))
+        self.test_data = test_dataset(self.strategy, config, self.data)
+
+    def prepare_dir(self, resume: bool) -> None:
+        config_path = self.run_dir / "config.json"
+        if resume and not config_path.is_file():
+            raise DistcoreError(f"cannot resume: {self.run_dir} has no config.json (no run was started there).")
+        if not resume and (config_path.exists() or runs.list_checkpoints(self.run_dir)):
+            raise DistcoreError(f"{self.run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir.")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            record = {**self.config.to_dict(), "tensorflow": tf.__version__, "keras": _keras_version(),
+                      "replicas": self.config.replicas,
+                      "physical_devices": [d.name for d in tf.config.list_physical_devices()]}
+            runs.write_json_atomic(config_path, record)
+        except OSError as err:
+            raise DistcoreError(f"cannot write to the run directory {self.run_dir}: {err.strerror}.") from None
+
+    # --- records ------------------------------------------------------------------------
+
+    def emit(self, record: dict) -> dict:
+        record = self.metrics.write(record)
+        self.on_record(record)
+        return record
+
+    def log_event(self, event: str, message: str = "", **extra) -> None:
+        self.emit({"event": event, "step": int(self.runner.step.numpy()), "message": message, **extra})
+
+    def set_status(self, state: str, **extra) -> None:
+        record = {"state": state, "pid": _pid(), "step": int(self.runner.step.numpy()),
+                  "total_steps": self.config.total_steps(), "time": time.time(), **extra}
+        runs.write_json_atomic(self.run_dir / "status.json", record)
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def run(self) -> dict:
+        step = int(self.runner.step.numpy())
+        total = self.config.total_steps()
+        self.log_event("resume" if self.resumed_from else "start",
+                       f"resumed from {self.resumed_from} at step {step}" if self.resumed_from else
+                       f"training {total} steps on {', '.join(self.config.devices)}")
+        self.set_status("running")
+        state = "finished"
+        try:
+            while step < total and not self.stop.is_set():
+                step = self.run_epoch(step, total)
+            if self.stop.is_set() and step < total:
+                state = "stopped"
+            self.save_checkpoint(step)
+            self.log_event(state, f"{state} at step {step} of {total}")
+            self.set_status(state)
+            return {"state": state, "step": step, "total_steps": total}
+        except BaseException as err:
+            self.log_event("failed", f"{type(err).__name__}: {err}")
+            self.set_status("failed", message=f"{type(err).__name__}: {err}")
+            raise
+        finally:
+            self.metrics.close()
+            self.writer.close()
+
+    def run_epoch(self, step: int, total: int) -> int:
+        per_epoch = self.config.steps_per_epoch()
+        epoch, offset = divmod(step, per_epoch)
+        epoch_end = min((epoch + 1) * per_epoch, total)
+        examples = train_examples(self.config, self.data, epoch, offset)
+        dist = inputs.distribute(self.strategy, examples, global_batch=self.config.global_batch,
+                                 api=self.config.api, policy=self.config.policy,
+                                 drop_remainder=self.config.drop_remainder)
+        iterator = iter(dist)
+        while step < epoch_end and not self.stop.is_set():
+            chunk = min(self.config.steps_per_loop, epoch_end - step, self.steps_to_checkpoint(step))
+            started = time.perf_counter()
+            losses, counts = self.runner.train_steps(iterator, tf.constant(chunk, tf.int32))
+            losses, counts = losses.numpy(), counts.numpy()  # the one host sync per chunk
+            elapsed = time.perf_counter() - started
+            if len(losses) == 0:
+                break
+            self.log_steps(step, epoch + 1, losses, counts, elapsed)
+            step += len(losses)
+            self.set_status("running", epoch=epoch + 1, examples_per_sec=float(counts.sum() / elapsed),
+                            eta_seconds=(total - step) * elapsed / len(losses))
+            if self.config.checkpoint_every and step % self.config.checkpoint_every == 0 and step < epoch_end:
+                self.save_checkpoint(step)
+        if step == (epoch + 1) * per_epoch:
+            self.end_epoch(epoch + 1, step)
+        return step
+
+    def steps_to_checkpoint(self, step: int) -> int:
+        every = self.config.checkpoint_every
+        return every - step % every if every else self.config.steps_per_loop
+
+    def log_steps(self, first_step, epoch, losses, counts, elapsed):
+        rate = float(counts.sum() / elapsed)
+        with self.writer.as_default():
+            for i, (loss, count) in enumerate(zip(losses, counts)):
+                step = first_step + i + 1
+                self.emit({"step": step, "epoch": epoch, "loss": float(loss), "examples": int(count),
+                           "examples_per_sec": round(rate, 1)})
+                tf.summary.scalar("train/loss", float(loss), step=step)
+            tf.summary.scalar("train/examples_per_sec", rate, step=first_step + len(losses))
+
+    def end_epoch(self, epoch: int, step: int) -> None:
+        train_loss, train_accuracy = self.runner.take_epoch_train_metrics()
+        test_loss, test_accuracy = self.runner.run_test(self.test_data)
+        record = {"epoch": epoch, "step": step, "train_loss": train_loss, "train_accuracy": train_accuracy,
+                  "test_loss": test_loss, "test_accuracy": test_accuracy}
+        self.emit(record)
+        with self.writer.as_default():
+            for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+                tf.summary.scalar(f"epoch/{key}", record[key], step=step)
+        self.save_checkpoint(step, tested=(test_loss, test_accuracy))
+
+    def save_checkpoint(self, step: int, tested=None) -> None:
+        if step == 0 or self.saver.has(step):
+            return
+        test_loss, test_accuracy = tested or self.runner.run_test(self.test_data)
+        name = self.saver.save(step)
+        self.emit({"event": "checkpoint", "step": step, "checkpoint": name,
+                   "test_loss": test_loss, "test_accuracy": test_accuracy})
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _keras_version() -> str:
+    import keras
+
+    return keras.__version__

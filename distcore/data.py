@@ -1,0 +1,132 @@
+"""Fashion-MNIST from the original IDX files, as uint8 numpy arrays (no TensorFlow here).
+
+Where it looks, in order:
+  1. an explicit directory (`data_dir` / `--data-dir`, or `$DISTCORE_DATA_DIR`);
+  2. Keras's cache, `~/.keras/datasets/fashion-mnist`;
+  3. `/usr/share/datasets/fashion-mnist` (Debian's package `dataset-fashion-mnist`);
+  4. Keras's own download (`keras.datasets.fashion_mnist.load_data()`), unless
+     `download=False` or `$DISTCORE_NO_DOWNLOAD=1`.
+Each candidate must hold all four files; what is read is checked (magic numbers,
+shapes, label range) so a truncated or foreign file fails loudly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .config import DistcoreError
+
+FILES = {
+    "train_images": "train-images-idx3-ubyte.gz",
+    "train_labels": "train-labels-idx1-ubyte.gz",
+    "test_images": "t10k-images-idx3-ubyte.gz",
+    "test_labels": "t10k-labels-idx1-ubyte.gz",
+}
+SIZES = {"train": 60_000, "test": 10_000}
+CLASS_NAMES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)
+KERAS_CACHE = Path.home() / ".keras" / "datasets" / "fashion-mnist"
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+HOW_TO_GET = (
+    "Get the data one of these ways: `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu, "
+    f"installs to {DEBIAN_DIR}); or, with internet, run "
+    "`python -c \"import keras; keras.datasets.fashion_mnist.load_data()\"` (fills "
+    f"{KERAS_CACHE}); or download the four *-ubyte.gz files from "
+    "github.com/zalandoresearch/fashion-mnist into a folder and pass --data-dir FOLDER."
+)
+
+
+@dataclass(frozen=True)
+class FashionMNIST:
+    train_images: np.ndarray  # (60000, 28, 28) uint8
+    train_labels: np.ndarray  # (60000,) uint8
+    test_images: np.ndarray  # (10000, 28, 28) uint8
+    test_labels: np.ndarray  # (10000,) uint8
+    source: str
+
+
+def candidate_dirs(data_dir=None) -> list[Path]:
+    explicit = data_dir or os.environ.get("DISTCORE_DATA_DIR")
+    dirs = [Path(explicit).expanduser()] if explicit else []
+    return dirs + [KERAS_CACHE, DEBIAN_DIR]
+
+
+def read_idx(path: Path, magic: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Read one gzipped IDX file and check its header against what Fashion-MNIST has."""
+    try:
+        with gzip.open(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as err:
+        raise DistcoreError(f"{path} is not a readable gzip file ({err}). {HOW_TO_GET}") from None
+    ndim = len(shape)
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DistcoreError(f"{path} is too short to be an IDX file. {HOW_TO_GET}")
+    found_magic = int.from_bytes(raw[:4], "big")
+    dims = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    if found_magic != magic or dims != shape:
+        raise DistcoreError(
+            f"{path} has header {found_magic} {dims}, expected {magic} {shape}: not the Fashion-MNIST file. {HOW_TO_GET}"
+        )
+    body = np.frombuffer(raw, dtype=np.uint8, offset=header)
+    if body.size != int(np.prod(shape)):
+        raise DistcoreError(f"{path} is truncated ({body.size} of {int(np.prod(shape))} bytes). {HOW_TO_GET}")
+    return body.reshape(shape)
+
+
+def read_dir(folder: Path) -> FashionMNIST:
+    arrays = {}
+    for key, filename in FILES.items():
+        split = key.split("_")[0]
+        n = SIZES[split]
+        if key.endswith("images"):
+            arrays[key] = read_idx(folder / filename, 2051, (n, 28, 28))
+        else:
+            arrays[key] = read_idx(folder / filename, 2049, (n,))
+            if arrays[key].max() > 9:
+                raise DistcoreError(f"{folder / filename} has labels above 9: the file is damaged. {HOW_TO_GET}")
+    return FashionMNIST(**arrays, source=str(folder))
+
+
+def has_files(folder: Path) -> bool:
+    return all((folder / name).is_file() for name in FILES.values())
+
+
+def load(data_dir=None, download: bool | None = None) -> FashionMNIST:
+    """Load Fashion-MNIST from the first place that has it (see the module docstring)."""
+    tried = []
+    for folder in candidate_dirs(data_dir):
+        if has_files(folder):
+            return read_dir(folder)
+        tried.append(str(folder))
+        if data_dir and folder == Path(data_dir).expanduser():
+            missing = [n for n in FILES.values() if not (folder / n).is_file()]
+            raise DistcoreError(f"--data-dir {folder} lacks {', '.join(missing)}. {HOW_TO_GET}")
+    if download is None:
+        download = os.environ.get("DISTCORE_NO_DOWNLOAD", "") in ("", "0")
+    if download:
+        try:
+            import keras
+
+            keras.datasets.fashion_mnist.load_data()
+        except Exception as err:  # no network, proxy, disk: all the same to the user
+            tried.append(f"Keras download ({type(err).__name__}: {err})")
+        else:
+            if has_files(KERAS_CACHE):
+                return read_dir(KERAS_CACHE)
+    raise DistcoreError(f"Fashion-MNIST not found (looked in: {'; '.join(tried)}). {HOW_TO_GET}")
+
+
+def subset(data: FashionMNIST, train_examples: int, test_examples: int) -> FashionMNIST:
+    """The first N examples of each split: deterministic, so runs can be compared."""
+    return FashionMNIST(
+        data.train_images[:train_examples], data.train_labels[:train_examples],
+        data.test_images[:test_examples], data.test_labels[:test_examples], data.source,
+    )

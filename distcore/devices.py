@@ -1,0 +1,122 @@
+"""Devices: what exists, how a user names a device set, and setting up the process.
+
+TensorFlow fixes a process's logical devices when it first initialises them,
+so `configure()` must run before anything else touches devices, and only once
+per process. That is why the app runs each job in a process of its own.
+
+Device names are written `cpu:0`, `gpu:1` (case-insensitive). A set is given as a
+count (`replicas=4`: the GPUs when there are enough, else logical CPUs) or as an
+explicit list.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .config import MAX_LOGICAL_CPUS, DistcoreError, check_int
+
+_NAME = re.compile(r"^\s*/?(?:device:)?(cpu|gpu):(\d+)\s*$", re.IGNORECASE)
+
+
+def parse_device_list(text) -> tuple[str, ...]:
+    """'cpu:0, CPU:1' -> ('cpu:0', 'cpu:1'); rejects empty, malformed and duplicate names."""
+    items = text if isinstance(text, (list, tuple)) else str(text or "").split(",")
+    items = [str(item).strip() for item in items if str(item).strip()]
+    if not items:
+        raise DistcoreError("the device set is empty: name at least one device, e.g. cpu:0,cpu:1.")
+    names = []
+    for item in items:
+        match = _NAME.match(item)
+        if not match:
+            raise DistcoreError(f"unknown device name {item!r}: write devices as cpu:N or gpu:N.")
+        name = f"{match.group(1).lower()}:{int(match.group(2))}"
+        if name in names:
+            raise DistcoreError(f"device {name} is listed twice: each device can hold one replica.")
+        names.append(name)
+    kinds = {name.split(":")[0] for name in names}
+    if len(kinds) > 1:
+        raise DistcoreError("mix of CPU and GPU devices: MirroredStrategy needs one kind; choose CPUs or GPUs.")
+    return tuple(names)
+
+
+def physical_gpu_count() -> int:
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def resolve(replicas=None, devices=None, gpus: int | None = None) -> tuple[str, ...]:
+    """Turn a count or a list into device names, checked against what the machine has."""
+    gpus = physical_gpu_count() if gpus is None else gpus
+    if devices is not None and replicas is not None:
+        raise DistcoreError("give either a replica count or a device list, not both.")
+    if devices is not None:
+        names = parse_device_list(devices)
+        for name in names:
+            kind, index = name.split(":")
+            limit = gpus if kind == "gpu" else MAX_LOGICAL_CPUS
+            if int(index) >= limit:
+                raise DistcoreError(f"device {name} does not exist; available: {describe(gpus)}.")
+        return names
+    count = check_int("replicas", 2 if replicas is None else replicas, high=max(MAX_LOGICAL_CPUS, gpus))
+    if gpus >= count:
+        return tuple(f"gpu:{i}" for i in range(count))
+    if count > MAX_LOGICAL_CPUS:
+        raise DistcoreError(f"replicas ({count}) must be at most {MAX_LOGICAL_CPUS} on this machine.")
+    return tuple(f"cpu:{i}" for i in range(count))
+
+
+def describe(gpus: int) -> str:
+    gpu_text = ", ".join(f"gpu:{i}" for i in range(gpus))
+    cpu_text = f"cpu:0 … cpu:{MAX_LOGICAL_CPUS - 1} (logical CPU devices)"
+    return f"{gpu_text}, {cpu_text}" if gpu_text else cpu_text
+
+
+def configure(logical_cpus: int) -> None:
+    """Split the CPU into `logical_cpus` logical devices; must run before TF uses devices."""
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        current = tf.config.get_logical_device_configuration(cpus[0]) or []
+        if len(current) >= logical_cpus:
+            return
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(logical_cpus)]
+        )
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have < logical_cpus:
+            raise DistcoreError(
+                f"this process already initialised {have} CPU device(s) and cannot split into "
+                f"{logical_cpus}; run the job in a new process."
+            ) from None
+
+
+def prepare(names: tuple[str, ...]) -> list[str]:
+    """Configure the process for `names` and return TF device strings for a strategy."""
+    cpu_indices = [int(n.split(":")[1]) for n in names if n.startswith("cpu")]
+    configure(max(cpu_indices, default=0) + 1)
+    return [f"/{n.split(':')[0].upper()}:{n.split(':')[1]}" for n in names]
+
+
+def make_strategy(names: tuple[str, ...]):
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy(devices=prepare(names))
+
+
+def inventory() -> dict:
+    """What `python -m distcore devices` reports."""
+    import tensorflow as tf
+
+    gpus = physical_gpu_count()
+    return {
+        "tensorflow": tf.__version__,
+        "gpus": [f"gpu:{i}" for i in range(gpus)],
+        "cpus": len(tf.config.list_physical_devices("CPU")),
+        "cpu_cores": os.cpu_count(),
+        "max_logical_cpus": MAX_LOGICAL_CPUS,
+        "default": list(resolve(replicas=max(2, gpus), gpus=gpus)),
+    }

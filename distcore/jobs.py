@@ -1,0 +1,381 @@
+"""Background processes for the app: training jobs, one-shot CLI calls, the split planner.
+
+TensorFlow never runs in the caller's process: everything goes through
+`python -m distcore ...` subprocesses. A training job is followed through its
+run directory (status.json, metrics.jsonl, train.log), so any process (a page
+reload, another browser, a restarted app) can pick it up again.
+No module-level mutable state: the Planner is an object its owner creates.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from distcore.config import DistcoreError
+from distcore import runs
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ACTIVE_STATES = runs.ACTIVE_STATES
+JOB_FILE = "job.json"  # written by the launcher: the pid before status.json exists
+LOG_FILE = "train.log"
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "distcore", *args]
+
+
+def cli_env() -> dict:
+    """The environment for CLI subprocesses: the repo importable from anywhere."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def _cli_error(stdout: str, stderr: str, code: int) -> str:
+    """The user-facing message of a failed CLI call: {"error"} JSON, else `error:` line."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "error" in obj:
+            return str(obj["error"])
+    lines = stderr.strip().splitlines()
+    for line in reversed(lines):
+        if line.startswith("error:"):
+            return line[len("error:"):].strip()
+    tail = " | ".join(lines[-3:]) if lines else "no output"
+    return f"distcore exited with code {code}: {tail}"
+
+
+def run_cli_json(args: list[str], timeout: float = 600) -> dict:
+    """Run `python -m distcore ARGS --json`, return its JSON; DistcoreError with its message."""
+    args = list(args) + ([] if "--json" in args else ["--json"])
+    try:
+        proc = subprocess.run(cli_command(*args), capture_output=True, text=True,
+                              timeout=timeout, cwd=REPO_ROOT, env=cli_env())
+    except subprocess.TimeoutExpired:
+        raise DistcoreError(f"`distcore {args[0]}` took longer than {timeout:.0f} s and was stopped")
+    if proc.returncode != 0:
+        raise DistcoreError(_cli_error(proc.stdout, proc.stderr, proc.returncode))
+    for line in reversed(proc.stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    raise DistcoreError(f"`distcore {args[0]}` printed no JSON")
+
+
+# ---------------------------------------------------------------- processes
+
+def pid_alive(pid) -> bool:
+    """True if pid runs and is not a zombie."""
+    try:
+        pid = int(pid)
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (TypeError, ValueError, OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def pid_cmdline(pid) -> list[str]:
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except (TypeError, ValueError, OSError):
+        return []
+
+
+def is_train_process(pid, run_dir: Path) -> bool:
+    """True if pid is a live `distcore train` for this run dir (guards against pid reuse)."""
+    if not pid_alive(pid):
+        return False
+    cmd = pid_cmdline(pid)
+    return "distcore" in cmd and "train" in cmd and str(Path(run_dir).resolve()) in cmd
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def job_pid(run_dir: Path) -> int | None:
+    """The training pid: from status.json, else from the launcher's job.json."""
+    for obj in (runs.read_status(run_dir), _read_json(Path(run_dir) / JOB_FILE)):
+        if obj and obj.get("pid"):
+            return int(obj["pid"])
+    return None
+
+
+def is_active(run_dir: Path) -> bool:
+    """A run is active while its training process lives (whatever status.json says)."""
+    return is_train_process(job_pid(run_dir), run_dir)
+
+
+def run_dirs(runs_root) -> list[Path]:
+    """Run directories under the root, including ones still starting (no config.json yet)."""
+    root = Path(runs_root)
+    if not root.is_dir():
+        return []
+    return [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()
+            and runs.NAME.match(p.name) and ((p / JOB_FILE).is_file() or (p / "config.json").is_file())]
+
+
+def active_runs(runs_root) -> list[str]:
+    """Names of runs whose training process is alive."""
+    return sorted(p.name for p in run_dirs(runs_root) if is_active(p))
+
+
+def count_running(runs_root) -> int:
+    return len(active_runs(runs_root))
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    proc.wait()  # collects the exit status so no zombie stays behind
+
+
+def start_training(runs_root, name: str, options: dict | list | None = None,
+                   resume: bool = False) -> int:
+    """Launch `distcore train` for run NAME in the background; return its pid at once."""
+    run_dir = runs.safe_run_dir(runs_root, name)
+    if is_active(run_dir):
+        raise DistcoreError(f"run {name!r} is already training")
+    if resume and not runs.list_checkpoints(run_dir):
+        raise DistcoreError(f"run {name!r} has no checkpoint to resume from")
+    if not resume and (run_dir / "config.json").exists():
+        raise DistcoreError(f"run {name!r} already exists; pick another name or resume it")
+    args = ["train", "--run-dir", str(run_dir.resolve()), *options_to_args(options)]
+    if resume:
+        args.append("--resume")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / LOG_FILE, "ab") as log:
+        log.write(f"\n$ distcore {' '.join(args)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cli_command(*args), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=cli_env(),
+                                start_new_session=True)  # survives the request, own signals
+    (run_dir / JOB_FILE).write_text(json.dumps({"pid": proc.pid, "started": time.time(),
+                                                "resume": resume}))
+    threading.Thread(target=_reap, args=(proc,), daemon=True).start()
+    return proc.pid
+
+
+def options_to_args(options: dict | list | None) -> list[str]:
+    """{"global_batch": 64, "drop_remainder": True} -> ["--global-batch", "64", "--drop-remainder"]."""
+    if options is None:
+        return []
+    if isinstance(options, (list, tuple)):
+        return [str(a) for a in options]
+    args = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, (list, tuple)):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def stop_training(run_dir) -> bool:
+    """SIGTERM the run's training process (it checkpoints at the next step); False if none."""
+    run_dir = Path(run_dir)
+    pid = job_pid(run_dir)
+    if not is_train_process(pid, run_dir):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    return True
+
+
+def wait_until_done(run_dir, timeout: float = 120, poll: float = 0.2) -> bool:
+    """Wait for the run's process to end; True if it did within timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_active(run_dir):
+            return True
+        time.sleep(poll)
+    return False
+
+
+# ---------------------------------------------------------------- progress
+
+@dataclass(frozen=True)
+class Progress:
+    """What a poll of a run directory shows; plain values only."""
+    name: str
+    state: str
+    active: bool
+    step: int
+    total_steps: int
+    epoch: int
+    examples_per_sec: float | None
+    eta_seconds: float | None
+    message: str
+    log_lines: tuple[str, ...]
+    checkpoints: tuple[str, ...]
+
+
+def tail_lines(path: Path, n: int, max_bytes: int = 64_000) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line for line in data.splitlines() if line.strip()][-n:]
+
+
+def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progress:
+    """Status of one run from its directory: state, step, speed, ETA, last log lines."""
+    run_dir = Path(run_dir)
+    status = runs.read_status(run_dir) or {}
+    active = is_active(run_dir)
+    state = status.get("state") or ("starting" if active else "unknown")
+    if state in ACTIVE_STATES and not active:
+        state = "died"  # the process is gone without writing a final state
+    metrics = runs.read_metrics(run_dir) if metrics is None else metrics
+    last_step = next((m for m in reversed(metrics) if "loss" in m and "event" not in m), {})
+    events = [_event_line(m) for m in metrics if "event" in m]
+    logs = tail_lines(run_dir / LOG_FILE, n_log)
+    return Progress(
+        name=run_dir.name, state=state, active=active,
+        step=int(status.get("step") or last_step.get("step") or 0),
+        total_steps=int(status.get("total_steps") or 0),
+        epoch=int(status.get("epoch") or last_step.get("epoch") or 0),
+        examples_per_sec=status.get("examples_per_sec") or last_step.get("examples_per_sec"),
+        eta_seconds=status.get("eta_seconds") if active else None,
+        message=str(status.get("message") or ""),
+        log_lines=tuple(events[-n_log:] + logs),
+        checkpoints=tuple(runs.list_checkpoints(run_dir)),
+    )
+
+
+def _event_line(m: dict) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(m.get("time", 0)))
+    text = m.get("message") or m.get("checkpoint") or ""
+    return f"[{stamp}] {m['event']} at step {m.get('step', '?')}: {text}".rstrip(": ")
+
+
+# ---------------------------------------------------------------- planner
+
+class Planner:
+    """A long-lived `distcore planner` subprocess answering split requests (JSON lines).
+
+    Started lazily, restarted if it died; a lock pairs each request with its
+    response, so one Planner can be shared by all sessions (it keeps no state).
+    """
+
+    def __init__(self, start_timeout: float = 180, request_timeout: float = 120):
+        self.start_timeout = start_timeout
+        self.request_timeout = request_timeout
+        self.max_replicas = None
+        self._proc = None
+        self._buffer = b""
+        self._stderr = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            self._ensure_started()
+
+    def plan(self, request: dict) -> dict:
+        """Send one request, return the plan dict; DistcoreError on a user error."""
+        with self._lock:
+            self._ensure_started()
+            try:
+                self._proc.stdin.write((json.dumps(request) + "\n").encode())
+                self._proc.stdin.flush()
+                reply = self._read_json(self.request_timeout)
+            except (OSError, DistcoreError) as e:
+                self._kill()  # the next request starts a fresh planner
+                raise DistcoreError(f"the split planner failed ({e}); try again")
+        if "error" in reply:
+            raise DistcoreError(str(reply["error"]))
+        return reply
+
+    def close(self) -> None:
+        with self._lock:
+            self._kill()
+
+    def _ensure_started(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._kill()
+        self._stderr = tempfile.TemporaryFile()
+        self._buffer = b""
+        self._proc = subprocess.Popen(cli_command("planner"), stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._stderr,
+                                      cwd=REPO_ROOT, env=cli_env())
+        try:
+            ready = self._read_json(self.start_timeout)
+        except DistcoreError as e:
+            tail = self._stderr_tail()
+            self._kill()
+            raise DistcoreError(f"the split planner did not start: {e} {tail}".strip())
+        self.max_replicas = ready.get("max_replicas")
+
+    def _read_json(self, timeout: float) -> dict:
+        """Next JSON object line from stdout; skips any non-JSON lines."""
+        deadline = time.monotonic() + timeout
+        fd = self._proc.stdout.fileno()
+        while True:
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    return obj
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DistcoreError(f"no answer within {timeout:.0f} s")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    raise DistcoreError("the planner exited")
+                self._buffer += chunk
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._stderr.seek(0)
+            lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+        except (OSError, AttributeError):
+            return ""
+        return " | ".join(lines[-3:])
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()  # reap
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None

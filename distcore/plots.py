@@ -1,0 +1,241 @@
+"""Figures and exports built from plain data (split plans, metrics records).
+
+Pure functions: no TensorFlow, no Gradio. Every number drawn here comes from
+the dict/list handed in (a split plan from the planner, metrics.jsonl records).
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+# Discrete colour scale: grey for empty, amber for partial, blue for full.
+_CELL_COLOURS = [
+    [0.0, "#d9d9d9"], [0.33, "#d9d9d9"],
+    [0.33, "#f5a623"], [0.66, "#f5a623"],
+    [0.66, "#4a7fd4"], [1.0, "#4a7fd4"],
+]
+_CSV_COLUMNS = [
+    "kind", "step", "epoch", "loss", "examples", "examples_per_sec",
+    "train_loss", "train_accuracy", "test_loss", "test_accuracy",
+    "event", "checkpoint", "message", "time",
+]
+
+
+def format_ids(ids: list[int], max_chars: int = 22) -> str:
+    """Compact label for a list of example ids: runs become ranges ("0–31")."""
+    if not ids:
+        return "empty"
+    parts, start, prev = [], ids[0], ids[0]
+    for i in list(ids[1:]) + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else
+                     f"{start},{prev}" if prev == start + 1 else f"{start}–{prev}")
+        if i is not None:
+            start = prev = i
+    text = ",".join(parts)
+    if len(text) > max_chars:
+        text = text[:max_chars].rsplit(",", 1)[0] + ",…"
+    return text
+
+
+def cell_kind(ids: list[int], global_batch: int, replicas: int) -> int:
+    """EMPTY, PARTIAL or FULL for one replica's share of one global batch."""
+    if not ids:
+        return EMPTY
+    # When the global batch does not divide evenly, some replicas get
+    # G//R + 1 examples and others G//R; both count as a full share.
+    expected = max(1, global_batch // max(1, replicas))
+    return FULL if len(ids) >= expected else PARTIAL
+
+
+def shown_steps(n_steps: int, max_rows: int) -> list[int]:
+    """Which step indices to draw: all, or the first and last few."""
+    if n_steps <= max_rows:
+        return list(range(n_steps))
+    head = max_rows // 2
+    return list(range(head)) + list(range(n_steps - (max_rows - head), n_steps))
+
+
+def _step_label(step: int, row: list[list[int]], global_batch: int) -> str:
+    size = sum(len(r) for r in row)
+    if size < global_batch:
+        return f"batch {step} (partial {size}/{global_batch})"
+    return f"batch {step}"
+
+
+def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
+    """Heatmap of global batches (rows) × replicas (columns), cells labelled with ids."""
+    steps = plan.get("steps") or []
+    replicas = int(plan.get("replicas") or (len(steps[0]) if steps else 1))
+    global_batch = int(plan.get("global_batch") or 0)
+    devices = plan.get("devices") or []
+    rows = shown_steps(len(steps), max_rows)
+    z, text, hover, ylabels = [], [], [], []
+    for s in rows:
+        row = list(steps[s]) + [[]] * (replicas - len(steps[s]))
+        z.append([cell_kind(ids, global_batch, replicas) for ids in row])
+        text.append([format_ids(ids) for ids in row])
+        hover.append([f"{len(ids)} examples: {format_ids(ids, 200)}" for ids in row])
+        ylabels.append(_step_label(s, row, global_batch))
+    xlabels = [f"replica {r}" + (f"<br>{devices[r]}" if r < len(devices) else "")
+               for r in range(replicas)]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=xlabels, y=ylabels, text=text, customdata=hover,
+        texttemplate="%{text}", textfont={"size": 13},
+        hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
+        colorscale=_CELL_COLOURS, zmin=0, zmax=2, showscale=False, xgap=3, ygap=3,
+    ))
+    title = f"{len(steps)} global batches of {global_batch} over {replicas} replicas"
+    if len(rows) < len(steps):
+        title += f" (showing the first {max_rows // 2} and last {max_rows - max_rows // 2})"
+    fig.update_layout(
+        title={"text": title + "<br><sup>blue = full share, amber = partial, grey = empty</sup>"},
+        yaxis={"autorange": "reversed", "type": "category"},
+        xaxis={"side": "top", "type": "category"},
+        height=170 + 48 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 110, "b": 10},
+    )
+    return fig
+
+
+def split_facts(plan: dict) -> list[str]:
+    """Plain sentences about partial batches and empty replicas in a plan."""
+    steps = plan.get("steps") or []
+    global_batch = int(plan.get("global_batch") or 0)
+    facts = []
+    for s, row in enumerate(steps):
+        sizes = [len(ids) for ids in row]
+        if sum(sizes) < global_batch:
+            split = "/".join(str(n) for n in sizes)
+            facts.append(f"Batch {s} is partial ({sum(sizes)} of {global_batch} examples), split {split}.")
+        empty = [str(r) for r, n in enumerate(sizes) if n == 0]
+        if empty:
+            who = "Replica " + empty[0] if len(empty) == 1 else "Replicas " + ", ".join(empty)
+            facts.append(f"{who} got nothing in batch {s}.")
+    return facts
+
+
+def split_summary(plan: dict, max_facts: int = 8) -> str:
+    """Markdown: the headline numbers, what stood out, distcore's notes, TF's messages."""
+    steps = plan.get("steps") or []
+    replicas = plan.get("replicas")
+    examples = sum(len(ids) for row in steps for ids in row)
+    lines = [
+        f"**{examples} examples → {len(steps)} global batches of {plan.get('global_batch')}"
+        f" on {replicas} replicas** (per-replica batch {plan.get('per_replica_batch')})."
+    ]
+    facts = split_facts(plan)
+    if not facts:
+        lines.append("Every batch is full and every replica gets an equal share.")
+    lines += [f"- {f}" for f in facts[:max_facts]]
+    if len(facts) > max_facts:
+        lines.append(f"- … and {len(facts) - max_facts} more.")
+    notes = plan.get("notes") or []
+    if notes:
+        lines.append("\n**What distcore saw:**")
+        lines += [f"- {n}" for n in notes]
+    tf_messages = plan.get("tf_messages") or []
+    if tf_messages:
+        lines.append("\n**TensorFlow logged:**")
+        lines += [f"- `{m}`" for m in tf_messages[:5]]
+    return "\n".join(lines)
+
+
+def step_records(metrics: list[dict]) -> list[dict]:
+    """Per-step loss records, one per step (the latest wins after a resume)."""
+    by_step = {}
+    for m in metrics:
+        if "event" in m or "train_loss" in m or "loss" not in m or "step" not in m:
+            continue
+        by_step[m["step"]] = m
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def epoch_records(metrics: list[dict]) -> list[dict]:
+    """Per-epoch evaluation records, one per epoch (the latest wins)."""
+    by_epoch = {}
+    for m in metrics:
+        if "event" not in m and "train_loss" in m and "epoch" in m:
+            by_epoch[m["epoch"]] = m
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _empty_note(fig: go.Figure, text: str) -> go.Figure:
+    fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper",
+                       x=0.5, y=0.5, font={"size": 14, "color": "#888"})
+    return fig
+
+
+def loss_figure(metrics: list[dict]) -> go.Figure:
+    """Training loss per step, with checkpoints marked."""
+    steps = step_records(metrics)
+    fig = go.Figure(go.Scatter(
+        x=[m["step"] for m in steps], y=[m["loss"] for m in steps],
+        mode="lines+markers" if len(steps) < 60 else "lines", name="training loss",
+        marker={"size": 4},
+    ))
+    for m in metrics:
+        if m.get("event") == "checkpoint" and "step" in m:
+            fig.add_vline(x=m["step"], line={"dash": "dot", "color": "#999", "width": 1})
+    fig.update_layout(title="Training loss per step", xaxis_title="step", yaxis_title="loss",
+                      height=320, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig if steps else _empty_note(fig, "no steps yet")
+
+
+def epoch_figure(metrics: list[dict]) -> go.Figure:
+    """Train/test loss and accuracy per epoch, side by side."""
+    epochs = epoch_records(metrics)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Loss per epoch", "Accuracy per epoch"))
+    x = [m["epoch"] for m in epochs]
+    series = [("train_loss", 1, "train loss", "#4a7fd4"), ("test_loss", 1, "test loss", "#e4572e"),
+              ("train_accuracy", 2, "train accuracy", "#4a7fd4"),
+              ("test_accuracy", 2, "test accuracy", "#e4572e")]
+    for key, col, name, colour in series:
+        fig.add_trace(go.Scatter(
+            x=x, y=[m.get(key) for m in epochs], name=name, mode="lines+markers",
+            line={"color": colour, "dash": "solid" if key.startswith("train") else "dash"},
+        ), row=1, col=col)
+    fig.update_xaxes(title_text="epoch", dtick=1)
+    fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig if epochs else _empty_note(fig, "no finished epoch yet")
+
+
+def confusion_figure(confusion: list[list[int]], class_names: list[str]) -> go.Figure:
+    """Confusion matrix heatmap: rows are true classes, columns predicted."""
+    names = list(class_names)[: len(confusion)]
+    fig = go.Figure(go.Heatmap(
+        z=confusion, x=names, y=names, text=confusion, texttemplate="%{text}",
+        colorscale="Blues", showscale=False,
+        hovertemplate="true %{y}<br>predicted %{x}<br>%{z} images<extra></extra>",
+    ))
+    fig.update_layout(
+        title="Confusion matrix (rows: true class, columns: predicted)",
+        xaxis={"title": "predicted", "type": "category"},
+        yaxis={"title": "true", "type": "category", "autorange": "reversed"},
+        height=520, margin={"l": 10, "r": 10, "t": 60, "b": 10},
+    )
+    return fig
+
+
+def _kind(m: dict) -> str:
+    if "event" in m:
+        return "checkpoint" if m["event"] == "checkpoint" else "event"
+    return "epoch" if "train_loss" in m else "step"
+
+
+def metrics_csv(metrics: list[dict], path: str | Path) -> Path:
+    """Write all metrics records to one CSV (a `kind` column tells them apart)."""
+    path = Path(path)
+    extra = sorted({k for m in metrics for k in m} - set(_CSV_COLUMNS))
+    columns = _CSV_COLUMNS + extra
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for m in metrics:
+            writer.writerow({**m, "kind": _kind(m)})
+    return path

@@ -1,0 +1,142 @@
+"""Run directories: one run = one directory = one record (no TensorFlow here).
+
+    RUN/config.json      everything needed to repeat the run
+    RUN/metrics.jsonl    append-only records, one JSON object per line, flushed each
+    RUN/status.json      the training process's latest state (replaced atomically)
+    RUN/checkpoints/     TensorFlow checkpoints (ckpt-STEP.index / .data-*)
+    RUN/logs/            TensorBoard event files
+
+The CLI, the app and the tests all read runs through these functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from .config import DistcoreError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
+ACTIVE_STATES = ("starting", "running", "stopping")
+
+
+def runs_root() -> Path:
+    """DISTCORE_RUNS_DIR, else /data/runs on Hugging Face Spaces (persistent), else ./runs."""
+    explicit = os.environ.get("DISTCORE_RUNS_DIR")
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("SPACE_ID") and Path("/data").is_dir():
+        return Path("/data/runs")
+    return Path("runs")
+
+
+def check_name(name, what: str = "run name") -> str:
+    text = str(name or "").strip()
+    if ".." in text or not NAME.match(text):
+        raise DistcoreError(
+            f"{what} {text!r} is not allowed: use 1-100 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit (no '/', no '..')."
+        )
+    return text
+
+
+def safe_run_dir(root, name) -> Path:
+    """The directory of run `name` under `root`, refusing anything that escapes it."""
+    root = Path(root).resolve()
+    path = root / check_name(name)
+    if path.is_symlink() or path.resolve().parent != root:
+        raise DistcoreError(f"run {name!r} is not a directory inside the runs folder.")
+    return path
+
+
+def list_runs(root) -> list[str]:
+    """Run names under `root` (directories with a config.json), newest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    runs = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (p / "config.json").is_file()]
+    runs.sort(key=lambda p: (p / "config.json").stat().st_mtime, reverse=True)
+    return [p.name for p in runs if NAME.match(p.name)]
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_config(run_dir) -> dict:
+    data = read_json(Path(run_dir) / "config.json")
+    if data is None:
+        raise DistcoreError(f"{run_dir} has no readable config.json: is it a distcore run directory?")
+    return data
+
+
+def read_status(run_dir) -> dict | None:
+    return read_json(Path(run_dir) / "status.json")
+
+
+def read_metrics(run_dir) -> list[dict]:
+    """All records of metrics.jsonl; a torn last line (a killed writer) is skipped."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def list_checkpoints(run_dir) -> list[str]:
+    """Checkpoint names ('ckpt-STEP'), oldest first, from the files actually on disk."""
+    folder = Path(run_dir) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), f"ckpt-{m.group(1)}") for p in folder.iterdir() if (m := CHECKPOINT.match(p.name))]
+    return [name for _, name in sorted(found)]
+
+
+def checkpoint_step(name: str) -> int:
+    match = re.fullmatch(r"ckpt-(\d+)", check_name(name, "checkpoint name"))
+    if not match:
+        raise DistcoreError(f"checkpoint name {name!r} must look like ckpt-STEP, e.g. ckpt-500.")
+    return int(match.group(1))
+
+
+class MetricsLog:
+    """Append-only metrics.jsonl; each record is flushed so readers see it at once."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> dict:
+        record = {**record, "time": round(time.time(), 3)}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        return record
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def last_logged_step(run_dir) -> int:
+    steps = [r["step"] for r in read_metrics(run_dir) if "loss" in r and "step" in r]
+    return max(steps, default=0)

@@ -1,0 +1,142 @@
+"""Split plans: which example ids each replica receives at each step.
+
+Nothing here re-implements TensorFlow's batching rules: `plan()` builds a
+dataset of example ids, distributes it with the real `tf.distribute` API the
+user chose, iterates it and records what arrived on every replica. `describe()`
+then puts the result into words (pure Python, no TensorFlow).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from .config import SplitConfig
+
+# TensorFlow's C++ log lines worth showing next to a plan (the rest is start-up noise).
+_INTERESTING = ("shard", "autoshard", "partial", "rebatch", "fall back", "fallback")
+
+
+def plan(config: SplitConfig, strategy=None) -> dict:
+    """Run the distributed pipeline for `config` and return the plan as plain data."""
+    import tensorflow as tf
+
+    from . import devices, inputs
+
+    with capture_fd2() as captured:
+        strategy = strategy or devices.make_strategy(config.devices)
+        with tempfile.TemporaryDirectory() as tmp:
+            make_examples = id_source(config, Path(tmp))
+            dist = inputs.distribute(
+                strategy, make_examples, global_batch=config.global_batch, api=config.api,
+                policy=config.policy, drop_remainder=config.drop_remainder, transform=None, prefetch=False,
+            )
+            steps = []
+            for batch in dist:
+                local = strategy.experimental_local_results(batch)
+                steps.append([[int(i) for i in tf.reshape(v, [-1]).numpy()] for v in local])
+    result = {
+        "steps": steps,
+        "replicas": config.replicas,
+        "devices": list(config.devices),
+        "global_batch": config.global_batch,
+        "per_replica_batch": config.global_batch // config.replicas,
+        "examples": config.examples,
+        "policy": config.policy,
+        "api": config.api,
+        "drop_remainder": config.drop_remainder,
+        "files": config.files,
+        "tf_messages": [line for line in captured() if any(k in line.lower() for k in _INTERESTING)],
+    }
+    result["notes"] = describe(result)
+    return result
+
+
+def id_source(config: SplitConfig, tmp: Path):
+    """A function returning an unbatched dataset of int64 example ids 0..N-1.
+
+    With `files` > 0 the ids are written into that many TFRecord files (contiguous
+    ranges, like the seed's "file 1 holds 0..5") so FILE sharding has files to split.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    if not config.files:
+        return lambda: tf.data.Dataset.range(config.examples)
+    bounds = np.linspace(0, config.examples, config.files + 1).astype(int)
+    names = []
+    for f in range(config.files):
+        name = str(tmp / f"ids-{f:03d}.tfrecord")
+        with tf.io.TFRecordWriter(name) as writer:
+            for i in range(bounds[f], bounds[f + 1]):
+                writer.write(str(i).encode())
+        names.append(name)
+
+    def make():
+        ds = tf.data.Dataset.from_tensor_slices(names)
+        ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=1, deterministic=True)
+        return ds.map(lambda r: tf.strings.to_number(r, tf.int64))
+
+    return make
+
+
+@contextlib.contextmanager
+def capture_fd2():
+    """Copy what TensorFlow's C++ runtime writes to file descriptor 2 while the block runs."""
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        saved = os.dup(2)
+        lines: list[str] = []
+        try:
+            os.dup2(sink.fileno(), 2)
+            yield lambda: lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace")
+            lines.extend(line.strip() for line in text.splitlines() if line.strip())
+
+
+def describe(result: dict) -> list[str]:
+    """Plain-English notes on a plan: partial batches, empty replicas, policy effects."""
+    steps, replicas, g = result["steps"], result["replicas"], result["global_batch"]
+    notes = []
+    if result["api"] == "dataset":
+        notes.append(
+            f"experimental_distribute_dataset: the dataset is batched by the global batch ({g}) and "
+            f"TensorFlow re-batches every global batch into {replicas} per-replica pieces "
+            f"of up to {-(-g // replicas)}."
+        )
+    else:
+        notes.append(
+            f"distribute_datasets_from_function: the input function batches by the per-replica "
+            f"batch ({g // replicas}) and TensorFlow hands whole batches to the replicas in turn."
+        )
+    if g % replicas and result["api"] == "dataset":
+        notes.append(f"{g} examples do not divide evenly over {replicas} replicas: piece sizes differ.")
+    seen = sum(len(ids) for step in steps for ids in step)
+    notes.append(f"{len(steps)} step(s) delivered {seen} of {result['examples']} examples.")
+    if result["drop_remainder"] and seen < result["examples"]:
+        notes.append(f"drop_remainder dropped the last {result['examples'] - seen} example(s).")
+    for number, step in enumerate(steps, start=1):
+        sizes = [len(ids) for ids in step]
+        empty = [str(r) for r, size in enumerate(sizes) if size == 0]
+        if sum(sizes) < g:
+            notes.append(f"Step {number} is a partial batch ({sum(sizes)} of {g}), split {'/'.join(map(str, sizes))}.")
+        if empty:
+            who = "replica " + empty[0] if len(empty) == 1 else "replicas " + ", ".join(empty)
+            notes.append(f"Step {number}: {who} got nothing (an empty batch, so it still joins the all-reduce).")
+    notes.append(policy_note(result))
+    return notes
+
+
+def policy_note(result: dict) -> str:
+    policy = result["policy"].upper()
+    if result["api"] == "function":
+        return (f"Shard policy {policy} is not used by distribute_datasets_from_function: the input "
+                "function shards itself with InputContext (num_input_pipelines, input_pipeline_id).")
+    return (f"Shard policy {policy} decides how data is divided between *workers*; in one process "
+            "(one worker) every replica reads from the same pipeline, so it changes nothing here; "
+            "it acts under MultiWorkerMirroredStrategy, with one pipeline per worker process.")
