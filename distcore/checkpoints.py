@@ -53,12 +53,15 @@ class Saver:
 
 def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False) -> None:
     """Restore `prefix` into `checkpoint`, refusing a mismatched or damaged checkpoint."""
+    status = None
     try:
         status = checkpoint.restore(str(prefix))
         if partial:
             status.expect_partial()
         status.assert_existing_objects_matched()
-    except (AssertionError, ValueError, tf.errors.OpError) as err:
+    except (AssertionError, ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # damage varies
+        if status is not None:
+            status.expect_partial()  # no second round of "value not found" warnings at exit
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line[:300]}).") from None
 

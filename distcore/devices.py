@@ -104,7 +104,16 @@ def prepare(names: tuple[str, ...]) -> list[str]:
 def make_strategy(names: tuple[str, ...]):
     import tensorflow as tf
 
-    return tf.distribute.MirroredStrategy(devices=prepare(names))
+    tf_devices = prepare(names)
+    if names[0].startswith("gpu"):
+        return tf.distribute.MirroredStrategy(devices=tf_devices)  # NCCL all-reduce
+    # On CPU devices TF's default is RING collectives, whose group keys restart at 1
+    # for every strategy object: two strategies of different sizes in one process
+    # (tests, the planner, evaluation after training) then abort each other's
+    # all-reduce. Reducing to one device is plain adds in one host's memory.
+    return tf.distribute.MirroredStrategy(
+        devices=tf_devices, cross_device_ops=tf.distribute.ReductionToOneDevice(reduce_to_device=tf_devices[0])
+    )
 
 
 def inventory() -> dict:

@@ -1,0 +1,21 @@
+# The same recipe as the tested set-up (scripts/setup.sh): Debian's Fashion-MNIST
+# package, a virtual environment at .venv, the pinned requirements, then the app.
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends dataset-fashion-mnist \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY requirements.txt .
+RUN python -m venv .venv && .venv/bin/python -m pip install --no-cache-dir -r requirements.txt
+COPY . .
+
+# Containers (and Hugging Face Spaces) must listen on all interfaces; a local
+# `python app.py` keeps the loopback default.
+ENV GRADIO_SERVER_NAME=0.0.0.0 \
+    GRADIO_SERVER_PORT=7860 \
+    DISTCORE_RUNS_DIR=/app/runs \
+    DISTCORE_NO_DOWNLOAD=1
+EXPOSE 7860
+CMD [".venv/bin/python", "app.py"]

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Shared set-up for scripts/start.sh and scripts/test.sh: Debian packages (when root),
+# a virtual environment at .venv, and the pinned Python packages. Safe to re-run:
+# each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REQUIREMENTS="${1:-requirements.txt}"
+shift || true
+DEBIAN_PACKAGES=("dataset-fashion-mnist" "$@")
+
+missing=()
+for pkg in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: not root, skipping Debian packages ${missing[*]} (see README: Data)" >&2
+  fi
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=".venv/.installed-$(cat requirements*.txt | sha256sum | cut -c1-16)-$(basename "$REQUIREMENTS")"
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing $REQUIREMENTS into .venv (first time: a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r "$REQUIREMENTS"
+  touch "$stamp"
+fi

@@ -1,0 +1,46 @@
+"""Test set-up: split the CPU into 8 logical devices before TensorFlow initialises.
+
+A process can configure its logical devices once, so this happens at import
+time, before any test module imports TensorFlow-using code. Strategies in the
+tests then use any subset (1, 2, 3, 4, 5 replicas ...).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("DISTCORE_NO_DOWNLOAD", "1")  # CI has no internet; never try
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from distcore import devices  # noqa: E402
+
+LOGICAL_CPUS = 8
+devices.configure(LOGICAL_CPUS)
+
+
+def cpus(n):
+    return tuple(f"cpu:{i}" for i in range(n))
+
+
+@pytest.fixture(scope="session")
+def fmnist():
+    from distcore import data
+
+    return data.load()
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """One real epoch on the full Fashion-MNIST training set, 2 replicas, checkpoints every 400 steps."""
+    from distcore.config import TrainConfig
+    from distcore.controller import Controller
+
+    run_dir = tmp_path_factory.mktemp("runs") / "epoch1"
+    config = TrainConfig(devices=cpus(2), global_batch=64, epochs=1, seed=1, steps_per_loop=50,
+                         checkpoint_every=400)
+    result = Controller(config, run_dir).run()
+    return run_dir, result

@@ -1,0 +1,50 @@
+"""A checkpoint trained on 2 replicas evaluates the same on none, 1, 2 or 3."""
+
+import pytest
+
+from conftest import cpus
+from distcore import checkpoints, runs
+from distcore.config import DistcoreError
+
+
+def logged(run_dir, name):
+    return next(r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == name)
+
+
+@pytest.mark.parametrize("device_names", [None, cpus(1), cpus(3)], ids=["no-strategy", "1-replica", "3-replicas"])
+def test_evaluation_matches_the_logged_test_accuracy(trained_run, device_names):
+    run_dir, _ = trained_run
+    result = checkpoints.evaluate(run_dir, "ckpt-800", device_names)
+    assert result["checkpoint"] == "ckpt-800" and result["step"] == 800 and result["examples"] == 10000
+    assert result["accuracy"] == logged(run_dir, "ckpt-800")["test_accuracy"]
+    assert result["loss"] == pytest.approx(logged(run_dir, "ckpt-800")["test_loss"], rel=1e-5)
+
+
+def test_newest_checkpoint_with_details(trained_run):
+    run_dir, _ = trained_run
+    result = checkpoints.evaluate(run_dir, None, cpus(2), details=True)
+    assert result["checkpoint"] == "ckpt-938"
+    confusion = result["confusion"]
+    assert sum(map(sum, confusion)) == 10000 and all(sum(row) == 1000 for row in confusion)
+    assert sum(confusion[i][i] for i in range(10)) / 10000 == pytest.approx(result["accuracy"], abs=1e-6)
+    assert len(result["samples"]) == 16 and result["samples"][0]["label"] == 9  # test image 0 is an ankle boot
+
+
+def test_unknown_and_malformed_checkpoint_names(trained_run):
+    run_dir, _ = trained_run
+    with pytest.raises(DistcoreError, match="has no checkpoint ckpt-7; it has: ckpt-400"):
+        checkpoints.evaluate(run_dir, "ckpt-7")
+    with pytest.raises(DistcoreError, match="not allowed"):
+        checkpoints.evaluate(run_dir, "../ckpt-400")
+
+
+def test_a_checkpoint_of_another_model_is_refused(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    other = tmp_path / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    for f in (run_dir / "checkpoints").glob("ckpt-400.*"):
+        (other / "checkpoints" / f.name).write_bytes(f.read_bytes())
+    config = runs.read_config(run_dir)
+    runs.write_json_atomic(other / "config.json", {**config, "model": "mlp"})
+    with pytest.raises(DistcoreError, match="cannot be restored into this model"):
+        checkpoints.evaluate(other, "ckpt-400")

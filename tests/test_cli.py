@@ -1,0 +1,82 @@
+"""`python -m distcore` as a user runs it: help, JSON output, errors, stop and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+from distcore import runs
+
+SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
+
+
+def cli(*args, check=False, timeout=300):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, "-m", "distcore", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, check=check, env=env)
+
+
+def test_help_for_every_subcommand():
+    out = cli("--help", check=True).stdout
+    for command in SUBCOMMANDS:
+        assert command in out
+    for command in SUBCOMMANDS:
+        assert "usage: python -m distcore " + command in cli(command, "--help", check=True).stdout
+
+
+def test_user_errors_exit_2_with_a_message_and_json():
+    result = cli("split", "--examples", "4", "--global-batch", "8", "--replicas", "2", "--json")
+    assert result.returncode == 2
+    assert "larger than the dataset" in json.loads(result.stdout)["error"]
+    assert result.stderr.strip().splitlines()[-1].startswith("error: global batch size (8)")
+    result = cli("train", "--run-dir", "/tmp/x", "--devices", "cpu:0,cpu:0")
+    assert result.returncode == 2 and "listed twice" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_devices_json():
+    info = json.loads(cli("devices", "--json", check=True).stdout)
+    assert info["tensorflow"].startswith("2.") and info["default"]
+
+
+def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["train", "--run-dir", str(run_dir), "--replicas", "2", "--train-examples", "6400",
+            "--test-examples", "500", "--epochs", "3", "--steps-per-loop", "5", "--seed", "2", "--json"]
+    proc = subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    records = []
+    for line in proc.stdout:  # wait for real progress, then ask it to stop
+        records.append(json.loads(line))
+        if records[-1].get("step", 0) >= 20 and "loss" in records[-1]:
+            proc.send_signal(signal.SIGTERM)
+            break
+    records += [json.loads(line) for line in proc.stdout]
+    assert proc.wait(timeout=120) == 0
+    stopped = runs.read_status(run_dir)
+    assert stopped["state"] == "stopped" and stopped["step"] % 5 == 0 and stopped["step"] < 300
+    assert runs.list_checkpoints(run_dir)[-1] == f"ckpt-{stopped['step']}"
+    assert records[-1]["event"] == "stopped"
+
+    result = cli("train", "--run-dir", str(run_dir), "--resume", "--json", check=True)
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines[0]["event"] == "resume" and lines[0]["step"] == stopped["step"]
+    assert [r["step"] for r in lines if "loss" in r][0] == stopped["step"] + 1
+    assert runs.read_status(run_dir)["state"] == "finished" and runs.read_status(run_dir)["step"] == 300
+
+    evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json", check=True).stdout)
+    final = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-300"][0]
+    assert evaluated["checkpoint"] == "ckpt-300" and evaluated["accuracy"] == final["test_accuracy"]
+
+
+def test_loss_check_shows_the_two_mistakes():
+    result = json.loads(cli("loss-check", "--replicas", "4", "--global-batch", "64", "--json", check=True).stdout)
+    assert result["per_replica_examples"] == [16, 16, 16, 16]
+    assert result["distributed"] == pytest.approx(result["single_device"], rel=1e-5)
+    assert result["mistake_reduce_mean"] == pytest.approx(4 * result["single_device"], rel=1e-4)
+    assert result["mistake_keras_mean"] == pytest.approx(result["single_device"] / 4, rel=1e-4)

@@ -1,0 +1,76 @@
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from distcore.config import DistcoreError, SplitConfig, TrainConfig, check_int
+
+CPUS2 = ("cpu:0", "cpu:1")
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, float("nan"), float("inf"), "x", "", None, True, 10**12])
+def test_bad_global_batch_is_refused_with_the_allowed_range(value):
+    with pytest.raises(DistcoreError, match=r"global batch size .* must be a whole number from 1 to"):
+        TrainConfig(devices=CPUS2, global_batch=value)
+
+
+def test_batch_larger_than_dataset_says_what_is_allowed():
+    with pytest.raises(DistcoreError, match=r"larger than the dataset \(6 examples\).*at most 6"):
+        SplitConfig(examples=6, global_batch=8, devices=CPUS2)
+
+
+def test_empty_device_set_is_refused():
+    with pytest.raises(DistcoreError, match="device set is empty"):
+        TrainConfig(devices=())
+
+
+@pytest.mark.parametrize("field,value,allowed", [
+    ("policy", "sometimes", "auto, file, data, off"),
+    ("api", "magic", "dataset, function"),
+    ("model", "resnet", "cnn, mlp"),
+    ("optimizer", "lbfgs", "adam, sgd"),
+])
+def test_choices_list_what_is_allowed(field, value, allowed):
+    with pytest.raises(DistcoreError, match=allowed):
+        TrainConfig(devices=CPUS2, **{field: value})
+
+
+@pytest.mark.parametrize("rate", [0, -0.1, float("nan"), float("inf"), "fast"])
+def test_bad_learning_rate(rate):
+    with pytest.raises(DistcoreError, match="learning rate"):
+        TrainConfig(devices=CPUS2, learning_rate=rate)
+
+
+def test_function_api_needs_a_batch_that_divides_by_the_replicas():
+    with pytest.raises(DistcoreError, match="divide evenly"):
+        TrainConfig(devices=("cpu:0", "cpu:1", "cpu:2"), global_batch=64, api="function")
+
+
+def test_steps_per_epoch_counts_the_partial_last_batch():
+    config = TrainConfig(devices=CPUS2, global_batch=64, train_examples=1000)
+    assert config.steps_per_epoch() == 16  # 15 full + 1 of 40
+    assert config.replace(drop_remainder=True).steps_per_epoch() == 15
+    assert config.replace(epochs=3, max_steps=20).total_steps() == 20
+
+
+def test_config_round_trips_through_a_dict():
+    config = TrainConfig(devices=CPUS2, model="mlp", l2=0.001, seed=7)
+    assert TrainConfig.from_dict(config.to_dict()) == config
+
+
+def test_resume_conflicts_name_the_fields_that_changed():
+    saved = TrainConfig(devices=CPUS2)
+    assert saved.replace(epochs=5, devices=("cpu:0",)).resume_conflicts(saved) == []
+    assert saved.replace(model="mlp", global_batch=32).resume_conflicts(saved) == ["model", "global_batch"]
+
+
+@given(st.one_of(st.integers(), st.floats(allow_nan=True), st.text(max_size=8), st.none(), st.booleans()))
+def test_check_int_accepts_exactly_whole_numbers_in_range(value):
+    try:
+        result = check_int("n", value, low=1, high=100)
+    except DistcoreError as err:
+        assert "n (" in str(err) and "1 to 100" in str(err)
+        return
+    assert isinstance(result, int) and 1 <= result <= 100
+    if isinstance(value, float):
+        assert math.isfinite(value) and value == result

@@ -1,0 +1,116 @@
+"""The outer loop: a real epoch learns; stop, resume and checkpoints keep their promises."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import cpus
+from distcore import checkpoints, runs
+from distcore.config import DistcoreError, TrainConfig
+from distcore.controller import Controller, StopFlag, resume_config
+from distcore.loop import StepRunner
+
+
+def test_one_real_epoch_learns(trained_run):
+    run_dir, result = trained_run
+    assert result == {"state": "finished", "step": 938, "total_steps": 938}
+    records = runs.read_metrics(run_dir)
+    steps = [r for r in records if "loss" in r]
+    assert [r["step"] for r in steps] == list(range(1, 939))
+    assert steps[-1]["examples"] == 60000 - 937 * 64  # the partial last batch: 32
+    assert np.mean([r["loss"] for r in steps[-100:]]) < 0.6 * np.mean([r["loss"] for r in steps[:10]])
+    epoch = [r for r in records if "test_accuracy" in r and "epoch" in r][0]
+    assert epoch["test_accuracy"] > 0.8  # chance is 0.1
+    assert 0.7 < epoch["train_accuracy"] < 1 and epoch["train_loss"] > 0
+    assert all(r["examples_per_sec"] > 0 for r in steps)
+
+
+def test_run_directory_is_a_complete_record(trained_run):
+    run_dir, _ = trained_run
+    config = runs.read_config(run_dir)
+    assert config["tensorflow"] == tf.__version__ and config["devices"] == ["cpu:0", "cpu:1"]
+    assert TrainConfig.from_dict(config).global_batch == 64
+    assert runs.list_checkpoints(run_dir) == ["ckpt-400", "ckpt-800", "ckpt-938"]
+    assert runs.read_status(run_dir)["state"] == "finished"
+    assert list((run_dir / "logs").glob("events.out.tfevents.*"))
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        json.loads(line)
+
+
+def small(**overrides):
+    base = dict(devices=cpus(2), global_batch=64, epochs=2, seed=5, steps_per_loop=4,
+                train_examples=1000, test_examples=500)  # 16 steps per epoch, the last of 40
+    return TrainConfig(**{**base, **overrides})
+
+
+def final_weights(run_dir, config):
+    runner = StepRunner(tf.distribute.get_strategy(), config)
+    name = runs.list_checkpoints(run_dir)[-1]
+    checkpoints.restore(runner.checkpoint(), run_dir / "checkpoints" / name)
+    return [v.numpy() for v in runner.model.trainable_variables]
+
+
+def epoch_records(run_dir):
+    return [r for r in runs.read_metrics(run_dir) if "train_loss" in r]
+
+
+def test_stopped_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
+    whole = Controller(small(), tmp_path / "whole").run()
+    assert whole["step"] == 32
+
+    stop = StopFlag()
+    stop_after_10 = lambda record: record.get("step") == 10 and "loss" in record and stop.set()  # noqa: E731
+    part = Controller(small(checkpoint_every=0), tmp_path / "part", stop=stop, on_record=stop_after_10).run()
+    assert part["state"] == "stopped" and part["step"] in (12,)  # stops at the chunk boundary
+    assert runs.list_checkpoints(tmp_path / "part") == ["ckpt-12"]  # saved on stop
+
+    resumed = Controller(resume_config(tmp_path / "part"), tmp_path / "part", resume=True).run()
+    assert resumed == {"state": "finished", "step": 32, "total_steps": 32}
+    for a, b in zip(final_weights(tmp_path / "whole", small()), final_weights(tmp_path / "part", small())):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    whole_epochs, part_epochs = epoch_records(tmp_path / "whole"), epoch_records(tmp_path / "part")
+    assert [r["epoch"] for r in part_epochs] == [1, 2]
+    for a, b in zip(whole_epochs, part_epochs):
+        for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4)
+    events = [r["event"] for r in runs.read_metrics(tmp_path / "part") if "event" in r]
+    assert events[:2] == ["start", "checkpoint"] and "stopped" in events and "resume" in events
+
+
+def test_resume_can_extend_but_not_change_the_model(tmp_path):
+    Controller(small(epochs=1, max_steps=4), tmp_path / "r").run()
+    with pytest.raises(DistcoreError, match=r"model 'cnn' -> 'mlp'.*start a new run"):
+        resume_config(tmp_path / "r", {"model": "mlp"})
+    longer = resume_config(tmp_path / "r", {"max_steps": 8, "devices": cpus(3)})
+    result = Controller(longer, tmp_path / "r", resume=True).run()
+    assert result["step"] == 8
+    assert runs.read_config(tmp_path / "r")["devices"] == list(cpus(3))
+
+
+def test_a_used_run_directory_is_not_overwritten(tmp_path):
+    Controller(small(epochs=1, max_steps=2), tmp_path / "r").run()
+    with pytest.raises(DistcoreError, match="already holds a run"):
+        Controller(small(), tmp_path / "r")
+    with pytest.raises(DistcoreError, match="no config.json"):
+        Controller(small(), tmp_path / "empty", resume=True)
+
+
+def test_resume_falls_back_past_a_damaged_newest_checkpoint(tmp_path):
+    run_dir = tmp_path / "r"
+    Controller(small(epochs=1, max_steps=8, checkpoint_every=4), run_dir).run()
+    assert runs.list_checkpoints(run_dir) == ["ckpt-4", "ckpt-8"]
+    data_file = next((run_dir / "checkpoints").glob("ckpt-8.data-*"))
+    data_file.write_bytes(data_file.read_bytes()[:100])  # truncated
+    controller = Controller(resume_config(run_dir, {"max_steps": 10}), run_dir, resume=True)
+    assert controller.resumed_from == "ckpt-4" and int(controller.runner.step.numpy()) == 4
+    fallback = [r for r in runs.read_metrics(run_dir) if r.get("event") == "fallback"]
+    assert "ckpt-8" in fallback[0]["message"]
+
+
+def test_file_policy_trains_from_tfrecord_shards(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTCORE_CACHE_DIR", str(tmp_path / "cache"))
+    result = Controller(small(epochs=1, policy="file", max_steps=6), tmp_path / "r").run()
+    assert result["step"] == 6
+    assert len(list((tmp_path / "cache").glob("*/part-*.tfrecord"))) == 8

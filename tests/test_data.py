@@ -1,0 +1,72 @@
+import gzip
+import shutil
+
+import numpy as np
+import pytest
+
+from distcore import data
+from distcore.config import DistcoreError
+
+
+def test_real_fashion_mnist_is_read_and_checked(fmnist):
+    assert fmnist.train_images.shape == (60000, 28, 28) and fmnist.train_images.dtype == np.uint8
+    assert fmnist.test_images.shape == (10000, 28, 28)
+    assert set(np.unique(fmnist.train_labels)) == set(range(10))
+    # Balanced classes, 6000 each: a property of the real data a fake would not have.
+    assert np.bincount(fmnist.train_labels).tolist() == [6000] * 10
+    assert 60 < fmnist.train_images.mean() < 80
+
+
+def copy_data(fmnist, folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in data.FILES.values():
+        shutil.copy(data.Path(fmnist.source) / name, folder / name)
+    return folder
+
+
+def test_explicit_folder_wins(fmnist, tmp_path):
+    folder = copy_data(fmnist, tmp_path / "mine")
+    assert data.load(folder).source == str(folder)
+
+
+def test_missing_data_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "KERAS_CACHE", tmp_path / "keras")
+    monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "debian")
+    monkeypatch.delenv("DISTCORE_DATA_DIR", raising=False)
+    with pytest.raises(DistcoreError) as err:
+        data.load(download=False)
+    message = str(err.value)
+    assert "keras" in message and "debian" in message  # where it looked
+    assert "apt-get install dataset-fashion-mnist" in message and "--data-dir" in message
+
+
+def test_search_order_keras_cache_before_debian(fmnist, tmp_path, monkeypatch):
+    cache = copy_data(fmnist, tmp_path / "keras")
+    monkeypatch.setattr(data, "KERAS_CACHE", cache)
+    monkeypatch.delenv("DISTCORE_DATA_DIR", raising=False)
+    assert data.load().source == str(cache)
+
+
+def test_an_explicit_folder_missing_files_is_an_error_not_a_fallback(tmp_path):
+    with pytest.raises(DistcoreError, match="lacks train-images"):
+        data.load(tmp_path)
+
+
+def test_truncated_file_is_refused(fmnist, tmp_path):
+    folder = copy_data(fmnist, tmp_path / "bad")
+    raw = gzip.open(folder / data.FILES["test_images"]).read()
+    with gzip.open(folder / data.FILES["test_images"], "wb") as f:
+        f.write(raw[: len(raw) // 2])
+    with pytest.raises(DistcoreError, match="truncated"):
+        data.load(folder)
+
+
+def test_foreign_file_is_refused(fmnist, tmp_path):
+    folder = copy_data(fmnist, tmp_path / "bad")
+    (folder / data.FILES["train_labels"]).write_bytes(b"not gzip at all")
+    with pytest.raises(DistcoreError, match="not a readable gzip"):
+        data.load(folder)
+    with gzip.open(folder / data.FILES["train_labels"], "wb") as f:
+        f.write(gzip.open(folder / data.FILES["test_labels"]).read())  # right kind, wrong size
+    with pytest.raises(DistcoreError, match="expected 2049"):
+        data.load(folder)

@@ -1,0 +1,84 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import ROOT, cpus
+from distcore import split
+from distcore.config import DistcoreError, SplitConfig
+
+
+def plan(n, g, r, **kw):
+    return split.plan(SplitConfig(examples=n, global_batch=g, devices=cpus(r), **kw))
+
+
+# The distributed-input guide's three tables, as TensorFlow produces them today.
+SEED_TABLES = [
+    ((6, 4, 2), [[[0, 1], [2, 3]], [[4], [5]]]),
+    ((4, 4, 5), [[[0], [1], [2], [3], []]]),
+    ((8, 4, 3), [[[0, 1], [2, 3], []], [[4, 5], [6, 7], []]]),
+]
+
+
+@pytest.mark.parametrize("args,expected", SEED_TABLES)
+def test_seed_tables(args, expected):
+    assert plan(*args)["steps"] == expected
+
+
+def test_notes_call_out_partial_batches_and_empty_replicas():
+    notes = " ".join(plan(6, 4, 2)["notes"])
+    assert "Step 2 is a partial batch (2 of 4), split 1/1" in notes
+    notes = " ".join(plan(4, 4, 5)["notes"])
+    assert "replica 4 got nothing" in notes
+
+
+def test_drop_remainder_drops_the_partial_batch():
+    result = plan(6, 4, 2, drop_remainder=True)
+    assert result["steps"] == [[[0, 1], [2, 3]]]
+    assert any("dropped the last 2" in n for n in result["notes"])
+
+
+def test_function_api_batches_per_replica():
+    # The input function batches by 2 (4 / 2 replicas); whole batches go to replicas in turn.
+    assert plan(6, 4, 2, api="function")["steps"] == [[[0, 1], [2, 3]], [[4, 5], []]]
+
+
+def test_file_backed_ids_arrive_in_file_order():
+    result = plan(12, 4, 2, files=3, policy="file")
+    assert [i for step in result["steps"] for ids in step for i in ids] == list(range(12))
+
+
+def test_function_api_refuses_an_uneven_batch():
+    with pytest.raises(DistcoreError, match="divide evenly"):
+        plan(8, 4, 3, api="function")
+
+
+def test_64_step_8_replica_plan():
+    result = plan(512, 8, 8)
+    assert len(result["steps"]) == 64 and all(len(step) == 8 for step in result["steps"])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 40), g=st.integers(1, 12), r=st.integers(1, 5), drop=st.booleans())
+def test_every_id_arrives_once_in_order(n, g, r, drop):
+    """Whatever the sizes: each global batch is G consecutive ids, split in order over the replicas."""
+    if g > n:
+        with pytest.raises(DistcoreError):
+            plan(n, g, r)
+        return
+    result = plan(n, g, r, drop_remainder=drop)
+    seen = [i for step in result["steps"] for ids in step for i in ids]
+    expected = n - n % g if drop else n
+    assert seen == list(range(expected))
+    assert all(len(step) == r for step in result["steps"])
+    assert all(sum(len(ids) for ids in step) <= g for step in result["steps"])
+
+
+def test_cli_split_json_prints_the_seed_table():
+    out = subprocess.run(
+        [sys.executable, "-m", "distcore", "split", "--examples", "6", "--global-batch", "4",
+         "--replicas", "2", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert json.loads(out.stdout)["steps"] == [[[0, 1], [2, 3]], [[4], [5]]]
