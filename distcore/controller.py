@@ -134,12 +134,11 @@ class Controller:
                        f"resumed from {self.resumed_from} at step {step}" if self.resumed_from else
                        f"training {total} steps on {', '.join(self.config.devices)}")
         self.set_status("running")
-        state = "finished"
         try:
-            while step < total and not self.stop.is_set():
-                step = self.run_epoch(step, total)
-            if self.stop.is_set() and step < total:
-                state = "stopped"
+            while not self.finished() and not self.stop.is_set():
+                self.run_epoch(total)
+            step = int(self.runner.step.numpy())
+            state = "finished" if self.finished() else "stopped"
             self.save_checkpoint(step)
             self.log_event(state, f"{state} at step {step} of {total}")
             self.set_status(state)
@@ -152,32 +151,39 @@ class Controller:
             self.metrics.close()
             self.writer.close()
 
-    def run_epoch(self, step: int, total: int) -> int:
-        per_epoch = self.config.steps_per_epoch()
-        epoch, offset = divmod(step, per_epoch)
-        epoch_end = min((epoch + 1) * per_epoch, total)
-        examples = train_examples(self.config, self.data, epoch, offset)
+    def finished(self) -> bool:
+        max_steps = self.config.max_steps
+        return (int(self.runner.epoch.numpy()) >= self.config.epochs
+                or bool(max_steps and int(self.runner.step.numpy()) >= max_steps))
+
+    def run_epoch(self, total: int) -> None:
+        """Train until the epoch's data runs out, the step limit, or a stop request."""
+        epoch = int(self.runner.epoch.numpy())
+        step = int(self.runner.step.numpy())
+        examples = train_examples(self.config, self.data, epoch, int(self.runner.epoch_steps.numpy()))
         dist = inputs.distribute(self.strategy, examples, global_batch=self.config.global_batch,
                                  api=self.config.api, policy=self.config.policy,
                                  drop_remainder=self.config.drop_remainder)
         iterator = iter(dist)
-        while step < epoch_end and not self.stop.is_set():
-            chunk = min(self.config.steps_per_loop, epoch_end - step, self.steps_to_checkpoint(step))
+        limit = self.config.max_steps or float("inf")
+        while step < limit and not self.stop.is_set():
+            chunk = int(min(self.config.steps_per_loop, limit - step, self.steps_to_checkpoint(step)))
             started = time.perf_counter()
             losses, counts = self.runner.train_steps(iterator, tf.constant(chunk, tf.int32))
             losses, counts = losses.numpy(), counts.numpy()  # the one host sync per chunk
             elapsed = time.perf_counter() - started
-            if len(losses) == 0:
-                break
-            self.log_steps(step, epoch + 1, losses, counts, elapsed)
-            step += len(losses)
-            self.set_status("running", epoch=epoch + 1, examples_per_sec=float(counts.sum() / elapsed),
-                            eta_seconds=(total - step) * elapsed / len(losses))
-            if self.config.checkpoint_every and step % self.config.checkpoint_every == 0 and step < epoch_end:
+            if len(losses):
+                self.log_steps(step, epoch + 1, losses, counts, elapsed)
+                step += len(losses)
+                self.set_status("running", epoch=epoch + 1, examples_per_sec=float(counts.sum() / elapsed),
+                                eta_seconds=max(total - step, 0) * elapsed / len(losses))
+            if len(losses) < chunk:  # the iterator ran out: that was the whole epoch
+                self.end_epoch(epoch + 1, step)
+                return
+            if self.config.checkpoint_every and step % self.config.checkpoint_every == 0:
                 self.save_checkpoint(step)
-        if step == (epoch + 1) * per_epoch:
-            self.end_epoch(epoch + 1, step)
-        return step
+        if int(self.runner.epoch_steps.numpy()) == self.config.steps_per_epoch():
+            self.end_epoch(epoch + 1, step)  # the step limit fell exactly on the epoch's end
 
     def steps_to_checkpoint(self, step: int) -> int:
         every = self.config.checkpoint_every
@@ -194,7 +200,7 @@ class Controller:
             tf.summary.scalar("train/examples_per_sec", rate, step=first_step + len(losses))
 
     def end_epoch(self, epoch: int, step: int) -> None:
-        train_loss, train_accuracy = self.runner.take_epoch_train_metrics()
+        train_loss, train_accuracy = self.runner.end_epoch()
         test_loss, test_accuracy = self.runner.run_test(self.test_data)
         record = {"epoch": epoch, "step": step, "train_loss": train_loss, "train_accuracy": train_accuracy,
                   "test_loss": test_loss, "test_accuracy": test_accuracy}

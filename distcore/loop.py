@@ -41,6 +41,9 @@ class StepRunner:
             self.test_accuracy = keras.metrics.SparseCategoricalAccuracy(name="test_accuracy")
             only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first, name="step")
+            # Where in the data the run is: completed epochs and steps into the current one.
+            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
+            self.epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
             # The epoch's running loss (sum of loss x examples) and example count, so a
             # resumed epoch reports the same train loss as an uninterrupted one.
             self.epoch_loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=only_first)
@@ -54,7 +57,7 @@ class StepRunner:
         accuracy_state = {f"train_accuracy_{v.name}": v for v in self.train_accuracy.variables}
         return tf.train.Checkpoint(
             model=self.model, optimizer=self.optimizer, step=self.step,
-            epoch_loss_sum=self.epoch_loss_sum, epoch_examples=self.epoch_examples, **accuracy_state,
+            epoch=self.epoch, epoch_steps=self.epoch_steps, epoch_loss_sum=self.epoch_loss_sum, epoch_examples=self.epoch_examples, **accuracy_state,
         )
 
     # --- replica context -------------------------------------------------------------
@@ -110,6 +113,7 @@ class StepRunner:
             self.epoch_examples.assign_add(tf.cast(count, tf.int64))
             done += 1
         self.step.assign_add(tf.cast(done, tf.int64))
+        self.epoch_steps.assign_add(tf.cast(done, tf.int64))
         return losses.stack(), counts.stack()
 
     def _test_pass(self, dist_dataset):
@@ -124,11 +128,14 @@ class StepRunner:
         self.test_pass(dist_dataset)
         return float(self.test_loss.result()), float(self.test_accuracy.result())
 
-    def take_epoch_train_metrics(self) -> tuple[float, float]:
+    def end_epoch(self) -> tuple[float, float]:
+        """Close the epoch: return its train loss and accuracy and reset the counters."""
         examples = int(self.epoch_examples.numpy())
         loss = float(self.epoch_loss_sum.numpy()) / max(examples, 1)
         accuracy = float(self.train_accuracy.result())
         self.epoch_loss_sum.assign(0.0)
         self.epoch_examples.assign(0)
         self.train_accuracy.reset_state()
+        self.epoch.assign_add(1)
+        self.epoch_steps.assign(0)
         return loss, accuracy
