@@ -18,9 +18,12 @@ from .config import DistcoreError
 
 
 class Saver:
-    def __init__(self, checkpoint: tf.train.Checkpoint, folder: Path):
+    """Saves into `folder`; restores from `read_folder` (the chief's, for other workers)."""
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, folder: Path, read_folder: Path | None = None):
         self.checkpoint = checkpoint
         self.folder = Path(folder)
+        self.read_folder = Path(read_folder or folder)
         self.manager = tf.train.CheckpointManager(checkpoint, str(folder), max_to_keep=None, checkpoint_name="ckpt")
 
     def has(self, step: int) -> bool:
@@ -35,13 +38,13 @@ class Saver:
 
     def restore_latest(self, on_fallback=lambda message: None) -> str:
         """Restore the newest checkpoint that reads back intact; return its name."""
-        names = runs.list_checkpoints(self.folder.parent)
+        names = runs.list_checkpoints(self.read_folder.parent)
         if not names:
-            raise DistcoreError(f"cannot resume: {self.folder} holds no checkpoint.")
+            raise DistcoreError(f"cannot resume: {self.read_folder} holds no checkpoint.")
         problems = []
         for name in reversed(names):
             try:
-                restore(self.checkpoint, self.folder / name)
+                restore(self.checkpoint, self.read_folder / name)
             except DistcoreError as err:
                 problems.append(f"{name}: {err}")
                 continue

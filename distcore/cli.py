@@ -13,9 +13,12 @@ import json
 import os
 import sys
 
-from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig
+from . import cluster, runs
+from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, check_int
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's start-up chatter off the terminal
+# TensorFlow's C++ warnings: split plans capture and show them (an AUTO-to-DATA
+# fallback is one); other commands keep TF's start-up chatter off the terminal.
+WARNINGS_SHOWN = ("split", "planner")
 
 
 def add_devices(parser, required: bool = False):
@@ -25,29 +28,8 @@ def add_devices(parser, required: bool = False):
     return group
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m distcore", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("devices", help="list the devices this machine offers")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-    p = sub.add_parser("split", help="show which example ids each replica gets, step by step")
-    p.add_argument("--examples", required=True, help="dataset size N (ids 0..N-1)")
-    p.add_argument("--global-batch", required=True, help="global batch size G")
-    add_devices(p)
-    p.add_argument("--policy", default="auto", choices=POLICIES, help="tf.data AutoShardPolicy")
-    p.add_argument("--api", default="dataset", choices=APIS,
-                   help="dataset: experimental_distribute_dataset; function: distribute_datasets_from_function")
-    p.add_argument("--drop-remainder", action="store_true", help="drop the last partial global batch")
-    p.add_argument("--files", default="0", help="write the ids into F TFRecord files (0: in memory)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-    sub.add_parser("planner", help="serve split plans as JSON lines on stdin/stdout (used by the app)")
-
-    p = sub.add_parser("train", help="train with a MirroredStrategy custom loop into a run directory")
+def add_train_flags(p):
     p.add_argument("--run-dir", required=True, help="the run directory (created; must be new unless --resume)")
-    add_devices(p)
     p.add_argument("--global-batch", help="global batch size (default 64)")
     p.add_argument("--epochs", help="epochs (default 1)")
     p.add_argument("--max-steps", help="stop after this many global steps (default: no limit)")
@@ -66,6 +48,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
     p.add_argument("--json", action="store_true", help="print metrics records as JSON lines")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m distcore", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("devices", help="list the devices this machine offers")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser("split", help="show which example ids each replica gets, step by step")
+    p.add_argument("--examples", required=True, help="dataset size N (ids 0..N-1)")
+    p.add_argument("--global-batch", required=True, help="global batch size G")
+    add_devices(p)
+    p.add_argument("--policy", default="auto", choices=POLICIES, help="tf.data AutoShardPolicy")
+    p.add_argument("--api", default="dataset", choices=APIS,
+                   help="dataset: experimental_distribute_dataset; function: distribute_datasets_from_function")
+    p.add_argument("--drop-remainder", action="store_true", help="drop the last partial global batch")
+    p.add_argument("--files", default="0", help="write the ids into F TFRecord files (0: in memory)")
+    p.add_argument("--workers", default="1", help="run the plan on W worker processes (MultiWorkerMirroredStrategy)")
+    p.add_argument("--multi-worker", action="store_true", help=argparse.SUPPRESS)  # one worker of --workers
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    sub.add_parser("planner", help="serve split plans as JSON lines on stdin/stdout (used by the app)")
+
+    p = sub.add_parser("train", help="train with a MirroredStrategy custom loop into a run directory")
+    add_train_flags(p)
+    add_devices(p)
+    p.add_argument("--multi-worker", action="store_true",
+                   help="be one worker of the TF_CONFIG cluster (MultiWorkerMirroredStrategy); "
+                        "worker 0 writes --run-dir")
+
+    p = sub.add_parser("cluster", help="train on W local worker processes (MultiWorkerMirroredStrategy)")
+    add_train_flags(p)
+    p.add_argument("--workers", required=True, help="number of worker processes (2 or more)")
+    p.add_argument("--replicas-per-worker", default="1",
+                   help="replicas in each worker: 1 on CPU; on GPUs, this many GPUs per worker")
 
     p = sub.add_parser("evaluate", help="restore a checkpoint and evaluate it on the test set")
     p.add_argument("--run-dir", required=True)
@@ -114,24 +132,76 @@ def split_config(request: dict, names) -> SplitConfig:
     return SplitConfig(examples=request.get("examples"), global_batch=request.get("global_batch"),
                        devices=tuple(names), policy=request.get("policy", "auto"),
                        api=request.get("api", "dataset"), drop_remainder=request.get("drop_remainder", False),
-                       files=request.get("files", 0))
+                       files=request.get("files", 0), workers=request.get("workers", 1))
 
 
 def cmd_split(args) -> int:
     from . import split
 
-    names = device_names(args)
-    plan = split.plan(split_config({"examples": args.examples, "global_batch": args.global_batch,
-                                    "policy": args.policy, "api": args.api,
-                                    "drop_remainder": args.drop_remainder, "files": args.files}, names))
+    request = {"examples": args.examples, "global_batch": args.global_batch, "policy": args.policy,
+               "api": args.api, "drop_remainder": args.drop_remainder, "files": args.files}
+    workers = check_int("workers", args.workers, high=16)
+    if workers > 1 and not args.multi_worker:
+        return split_on_workers(args, workers)
+    if args.multi_worker:
+        from . import devices
+
+        task = cluster.current_task()
+        request["workers"] = task.workers
+        plan = split.plan(split_config(request, devices.worker_devices()), devices.make_multiworker_strategy())
+        plan["worker"] = task.index
+    else:
+        plan = split.plan(split_config(request, device_names(args)))
     if args.json:
         print_json(plan)
         return 0
+    print_plan(plan)
+    return 0
+
+
+def print_plan(plan: dict, prefix: str = "") -> None:
     for number, step in enumerate(plan["steps"], start=1):
-        print(f"step {number}: " + "  ".join(f"r{r}={ids}" for r, ids in enumerate(step)))
+        print(f"{prefix}step {number}: " + "  ".join(f"r{r}={ids}" for r, ids in enumerate(step)))
     for note in plan["notes"] + plan["tf_messages"]:
+        print(f"{prefix}- {note}")
+
+
+def split_on_workers(args, workers: int) -> int:
+    """The plan as W real worker processes of a MultiWorkerMirroredStrategy see it."""
+    import tempfile
+    from pathlib import Path
+
+    from . import split
+
+    split_config({"examples": args.examples, "global_batch": args.global_batch, "api": args.api,
+                  "policy": args.policy, "files": args.files, "workers": workers}, ("cpu:0",))  # check first
+    argv = ["split", "--multi-worker", "--json", "--examples", str(args.examples), "--global-batch",
+            str(args.global_batch), "--policy", args.policy, "--api", args.api, "--files", str(args.files)]
+    argv += ["--drop-remainder"] if args.drop_remainder else []
+    with tempfile.TemporaryDirectory() as log_dir:
+        outcome = cluster.launch(argv, workers, log_dir=Path(log_dir), timeout=300)
+        outputs = [read_json_output(Path(log_dir) / f"worker-{i}.out") for i in range(workers)]
+    errors = [o["error"] for o in outputs if o and "error" in o]
+    if errors or outcome.failed is not None:
+        raise DistcoreError(errors[0] if errors else outcome.message)
+    result = {"workers": outputs, "notes": split.cluster_notes(outputs)}
+    if args.json:
+        print_json(result)
+        return 0
+    for index, plan in enumerate(outputs):
+        print(f"worker {index}:")
+        print_plan(plan, prefix="  ")
+    for note in result["notes"]:
         print("- " + note)
     return 0
+
+
+def read_json_output(path) -> dict | None:
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.startswith("{")]
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
 
 
 def cmd_planner(args) -> int:
@@ -165,17 +235,25 @@ TRAIN_FLAGS = ("global_batch", "epochs", "max_steps", "seed", "steps_per_loop", 
                "test_examples", "data_dir")
 
 
+def train_config(args) -> TrainConfig:
+    from . import controller, devices
+
+    given = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
+    if getattr(args, "multi_worker", False):
+        given["workers"] = cluster.current_task().workers
+        given["devices"] = devices.worker_devices()
+    elif args.replicas is not None or args.devices:
+        given["devices"] = device_names(args)
+    if args.resume:
+        return controller.resume_config(args.run_dir, given)
+    given.setdefault("devices", device_names(args))
+    return TrainConfig(**given)
+
+
 def cmd_train(args) -> int:
     from . import controller
 
-    given = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
-    if args.replicas is not None or args.devices:
-        given["devices"] = device_names(args)
-    if args.resume:
-        config = controller.resume_config(args.run_dir, given)
-    else:
-        given.setdefault("devices", device_names(args))
-        config = TrainConfig(**given)
+    config = train_config(args)
     progress = None if args.json or not sys.stderr.isatty() else Progress(config.total_steps())
     on_record = print_json if args.json else (progress.update if progress else None)
     stop = controller.StopFlag().install()
@@ -185,6 +263,47 @@ def cmd_train(args) -> int:
     if not args.json:
         print(f"{result['state']} at step {result['step']} of {result['total_steps']}; run directory: {args.run_dir}")
     return 0
+
+
+def cmd_cluster(args) -> int:
+    """Start W workers here, each `train --multi-worker` with its own TF_CONFIG."""
+    workers = check_int("workers", args.workers, low=2, high=16)
+    per_worker = check_int("replicas per worker", args.replicas_per_worker, high=16)
+    gpus = physical_gpus_without_tf()
+    if per_worker > 1 and gpus < workers * per_worker:
+        raise DistcoreError(
+            f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
+            "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica.")
+    argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
+    outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
+                             gpus_per_worker=per_worker if gpus else 0)
+    if outcome.failed is not None:
+        runs.record_failure(args.run_dir, outcome.message)
+        raise DistcoreError(f"{outcome.message} The run directory keeps its last good checkpoint; "
+                            "continue with --resume.")
+    if not args.json:
+        print(f"{workers} workers finished; run directory: {args.run_dir}")
+    return 0
+
+
+def forwarded_train_flags(args) -> list[str]:
+    argv = []
+    for key in ("run_dir",) + TRAIN_FLAGS:
+        value = getattr(args, key, None)
+        if value is True:
+            argv.append("--" + key.replace("_", "-"))
+        elif value not in (None, False):
+            argv += ["--" + key.replace("_", "-"), str(value)]
+    return argv + [flag for flag, on in (("--resume", args.resume), ("--json", args.json)) if on]
+
+
+def physical_gpus_without_tf() -> int:
+    """GPUs, counted in a child process: the launcher itself must not initialise TensorFlow."""
+    import subprocess
+
+    code = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return int(out.stdout.strip() or 0)
 
 
 class Progress:
@@ -239,11 +358,13 @@ def cmd_loss_check(args) -> int:
 
 
 COMMANDS = {"devices": cmd_devices, "split": cmd_split, "planner": cmd_planner, "train": cmd_train,
+            "cluster": cmd_cluster,
             "evaluate": cmd_evaluate, "loss-check": cmd_loss_check}
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if args.command in WARNINGS_SHOWN else "2")
     try:
         return COMMANDS[args.command](args)
     except DistcoreError as err:

@@ -77,6 +77,7 @@ class SplitConfig:
     api: str = "dataset"
     drop_remainder: bool = False
     files: int = 0  # 0: an in-memory dataset; F > 0: ids written to F TFRecord files
+    workers: int = 1  # > 1: this is one worker's plan; `devices` are that worker's
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -85,6 +86,7 @@ class SplitConfig:
         set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
         set_(self, "api", check_choice("input API", self.api, APIS))
         set_(self, "files", check_int("files", self.files, low=0, high=64))
+        set_(self, "workers", check_int("workers", self.workers, high=16))
         set_(self, "drop_remainder", bool(self.drop_remainder))
         if not self.devices:
             raise DistcoreError("the device set is empty: choose at least one device.")
@@ -93,18 +95,19 @@ class SplitConfig:
                 f"global batch size ({self.global_batch}) is larger than the dataset "
                 f"({self.examples} examples): choose a batch of at most {self.examples}."
             )
-        if self.api == "function" and self.global_batch % len(self.devices):
+        replicas = len(self.devices) * self.workers
+        if self.api == "function" and self.global_batch % replicas:
             raise DistcoreError(
                 f"with distribute_datasets_from_function the global batch ({self.global_batch}) must "
-                f"divide evenly by the number of replicas ({len(self.devices)}); "
-                f"try {self.global_batch - self.global_batch % len(self.devices) or len(self.devices)}."
+                f"divide evenly by the number of replicas ({replicas}); "
+                f"try {self.global_batch - self.global_batch % replicas or replicas}."
             )
         if self.files and self.files > self.examples:
             raise DistcoreError(f"files ({self.files}) must be at most the number of examples ({self.examples}).")
 
     @property
     def replicas(self) -> int:
-        return len(self.devices)
+        return len(self.devices) * self.workers
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class TrainConfig:
     train_examples: int = TRAIN_SIZE
     test_examples: int = TEST_SIZE
     data_dir: str | None = None
+    workers: int = 1  # > 1: MultiWorkerMirroredStrategy; `devices` are then each worker's
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -149,6 +153,7 @@ class TrainConfig:
         set_(self, "train_examples", check_int("train examples", self.train_examples, high=TRAIN_SIZE))
         set_(self, "test_examples", check_int("test examples", self.test_examples, high=TEST_SIZE))
         set_(self, "drop_remainder", bool(self.drop_remainder))
+        set_(self, "workers", check_int("workers", self.workers, high=64))
         if self.global_batch > self.train_examples:
             raise DistcoreError(
                 f"global batch size ({self.global_batch}) is larger than the training set "
@@ -162,7 +167,7 @@ class TrainConfig:
 
     @property
     def replicas(self) -> int:
-        return len(self.devices)
+        return len(self.devices) * self.workers
 
     def steps_per_epoch(self) -> int:
         full, rest = divmod(self.train_examples, self.global_batch)
@@ -187,7 +192,7 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     # What a resume may change without invalidating the checkpoint.
-    RESUMABLE = ("epochs", "max_steps", "steps_per_loop", "checkpoint_every", "devices", "data_dir")
+    RESUMABLE = ("epochs", "max_steps", "steps_per_loop", "checkpoint_every", "devices", "workers", "data_dir")
 
     def resume_conflicts(self, saved: "TrainConfig") -> list[str]:
         """Fields that differ from the saved run and would make its checkpoint mean something else."""

@@ -7,16 +7,18 @@ status.json, TensorBoard events and checkpoints.
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import tensorflow as tf
 
-from . import checkpoints, data as data_lib, devices, inputs, runs
+from . import checkpoints, cluster, data as data_lib, devices, inputs, runs
 from .config import DistcoreError, TrainConfig
-from .loop import StepRunner
+from .loop import SUM, StepRunner
 
 
 class StopFlag:
@@ -78,27 +80,43 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
 class Controller:
     def __init__(self, config: TrainConfig, run_dir, *, resume: bool = False, stop: StopFlag | None = None,
                  on_record=None):
-        """`config` is the run's configuration; for a resume, build it with `resume_config`."""
+        """`config` is the run's configuration; for a resume, build it with `resume_config`.
+
+        With `config.workers > 1` this process is one worker of a TF_CONFIG cluster:
+        the chief writes `run_dir`, the others a temporary folder of their own.
+        """
         self.config, self.run_dir = config, Path(run_dir)
         self.stop = stop or StopFlag()
         self.on_record = on_record or (lambda record: None)
+        self.task = cluster.current_task() if config.workers > 1 else cluster.Task(workers=1, index=0)
+        if self.task.workers != config.workers:
+            raise DistcoreError(f"TF_CONFIG names {self.task.workers} workers but the run is for {config.workers}.")
+        self.write_dir = self.run_dir if self.task.is_chief else Path(tempfile.mkdtemp(prefix="distcore-worker-"))
         self.prepare_dir(resume)
-        self.metrics = runs.MetricsLog(self.run_dir)
         self.data = data_lib.subset(data_lib.load(config.data_dir), config.train_examples, config.test_examples)
-        self.strategy = devices.make_strategy(config.devices)
+        self.strategy = (devices.make_multiworker_strategy() if config.workers > 1
+                         else devices.make_strategy(config.devices))
         self.runner = StepRunner(self.strategy, config)
-        self.saver = checkpoints.Saver(self.runner.checkpoint(), self.run_dir / "checkpoints")
-        self.resumed_from = None
+        self.saver = checkpoints.Saver(self.runner.checkpoint(), self.write_dir / "checkpoints",
+                                       read_folder=self.run_dir / "checkpoints")
+        self.resumed_from, fallbacks = None, []
         if resume:
-            self.resumed_from = self.saver.restore_latest(
-                on_fallback=lambda message: self.log_event("fallback", message))
-        self.writer = tf.summary.create_file_writer(str(self.run_dir / "logs"))
+            self.resumed_from = self.saver.restore_latest(on_fallback=fallbacks.append)
+            if self.task.is_chief:  # steps after the checkpoint were lost; so are their records
+                runs.truncate_metrics(self.write_dir, int(self.runner.step.numpy()))
+        self.metrics = runs.MetricsLog(self.write_dir)
+        for message in fallbacks:
+            self.log_event("fallback", message)
+        self.writer = tf.summary.create_file_writer(str(self.write_dir / "logs"))
         self.test_data = test_dataset(self.strategy, config, self.data)
+        self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
 
     def prepare_dir(self, resume: bool) -> None:
         config_path = self.run_dir / "config.json"
         if resume and not config_path.is_file():
             raise DistcoreError(f"cannot resume: {self.run_dir} has no config.json (no run was started there).")
+        if not self.task.is_chief:
+            return  # the chief checks and writes the run directory
         if not resume and (config_path.exists() or runs.list_checkpoints(self.run_dir)):
             raise DistcoreError(f"{self.run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir.")
         try:
@@ -109,6 +127,17 @@ class Controller:
             runs.write_json_atomic(config_path, record)
         except OSError as err:
             raise DistcoreError(f"cannot write to the run directory {self.run_dir}: {err.strerror}.") from None
+
+    def _any_stop(self, flag):
+        """True on every worker if any worker was asked to stop: workers must leave the
+        loop at the same step, or the others would wait in an all-reduce forever."""
+        votes = self.strategy.run(lambda: tf.identity(flag))
+        return self.strategy.reduce(SUM, votes, axis=None) > 0
+
+    def stopping(self) -> bool:
+        if self.any_stop is None:
+            return self.stop.is_set()
+        return bool(self.any_stop(tf.constant(1.0 if self.stop.is_set() else 0.0)))
 
     # --- records ------------------------------------------------------------------------
 
@@ -123,7 +152,7 @@ class Controller:
     def set_status(self, state: str, **extra) -> None:
         record = {"state": state, "pid": _pid(), "step": int(self.runner.step.numpy()),
                   "total_steps": self.config.total_steps(), "time": time.time(), **extra}
-        runs.write_json_atomic(self.run_dir / "status.json", record)
+        runs.write_json_atomic(self.write_dir / "status.json", record)
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -132,10 +161,10 @@ class Controller:
         total = self.config.total_steps()
         self.log_event("resume" if self.resumed_from else "start",
                        f"resumed from {self.resumed_from} at step {step}" if self.resumed_from else
-                       f"training {total} steps on {', '.join(self.config.devices)}")
+                       f"training {total} steps on {self.where()}")
         self.set_status("running")
         try:
-            while not self.finished() and not self.stop.is_set():
+            while not self.finished() and not self.stopping():
                 self.run_epoch(total)
             step = int(self.runner.step.numpy())
             state = "finished" if self.finished() else "stopped"
@@ -146,10 +175,19 @@ class Controller:
         except BaseException as err:
             self.log_event("failed", f"{type(err).__name__}: {err}")
             self.set_status("failed", message=f"{type(err).__name__}: {err}")
+            if self.config.workers > 1 and isinstance(err, tf.errors.OpError):
+                raise DistcoreError(f"worker {self.task.index}: the cluster lost a peer or a collective failed "
+                                    f"({type(err).__name__}: {str(err).splitlines()[0][:200]}).") from None
             raise
         finally:
             self.metrics.close()
             self.writer.close()
+            if not self.task.is_chief:
+                shutil.rmtree(self.write_dir, ignore_errors=True)
+
+    def where(self) -> str:
+        local = ", ".join(self.config.devices)
+        return f"{self.config.workers} workers x [{local}]" if self.config.workers > 1 else local
 
     def finished(self) -> bool:
         max_steps = self.config.max_steps
@@ -166,7 +204,7 @@ class Controller:
                                  drop_remainder=self.config.drop_remainder)
         iterator = iter(dist)
         limit = self.config.max_steps or float("inf")
-        while step < limit and not self.stop.is_set():
+        while step < limit and not self.stopping():
             chunk = int(min(self.config.steps_per_loop, limit - step, self.steps_to_checkpoint(step)))
             started = time.perf_counter()
             losses, counts = self.runner.train_steps(iterator, tf.constant(chunk, tf.int32))

@@ -129,3 +129,20 @@ def inventory() -> dict:
         "max_logical_cpus": MAX_LOGICAL_CPUS,
         "default": list(resolve(replicas=max(2, gpus), gpus=gpus)),
     }
+
+
+def make_multiworker_strategy():
+    """MultiWorkerMirroredStrategy from TF_CONFIG: one replica per local GPU, or one
+    CPU device per worker (TensorFlow does not split a worker's CPU into replicas)."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+
+
+def worker_devices() -> tuple[str, ...]:
+    """The devices one multi-worker worker trains on (what MultiWorkerMirroredStrategy picks)."""
+    gpus = physical_gpu_count()
+    return tuple(f"gpu:{i}" for i in range(gpus)) if gpus else ("cpu:0",)

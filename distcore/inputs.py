@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -106,11 +107,14 @@ def write_records(folder: Path, images: np.ndarray, labels: np.ndarray, shards: 
                 writer.write(_example(i, int(labels[i]), images[i]))
         names.append(name)
     (tmp / "complete.json").write_text(json.dumps({"examples": len(labels), "shards": shards, "files": names}))
-    if folder.exists():
-        import shutil
-
-        shutil.rmtree(folder)
-    tmp.rename(folder)
+    if folder.exists() and not marker.is_file():
+        shutil.rmtree(folder, ignore_errors=True)  # an older, incomplete cache
+    try:
+        tmp.rename(folder)
+    except OSError:  # another process (a cluster's other worker) finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not marker.is_file():
+            raise
     return [str(folder / name) for name in names]
 
 

@@ -140,3 +140,36 @@ class MetricsLog:
 def last_logged_step(run_dir) -> int:
     steps = [r["step"] for r in read_metrics(run_dir) if "loss" in r and "step" in r]
     return max(steps, default=0)
+
+
+def record_failure(run_dir, message: str) -> None:
+    """Mark a run failed from outside its training process (e.g. the cluster launcher
+    after a worker died and the chief had to be killed)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        return
+    status = read_status(run_dir) or {}
+    status.update(state="failed", message=message, time=time.time())
+    write_json_atomic(run_dir / "status.json", status)
+    log = MetricsLog(run_dir)
+    try:
+        log.write({"event": "failed", "step": status.get("step", 0), "message": message})
+    finally:
+        log.close()
+
+
+def truncate_metrics(run_dir, step: int) -> int:
+    """Drop step and epoch records beyond `step` (training a resume rolls back over);
+    events stay, as history. Rewritten atomically. Returns how many were dropped."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    records = read_metrics(run_dir)
+    keep = [r for r in records if "event" in r or r.get("step", 0) <= step]
+    torn = not path.read_text().endswith("\n")  # a writer killed mid-line
+    if len(keep) == len(records) and not torn:
+        return 0
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    os.replace(tmp, path)
+    return len(records) - len(keep)

@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .config import SplitConfig
+from .config import DistcoreError, SplitConfig
 
 # TensorFlow's C++ log lines worth showing next to a plan (the rest is start-up noise).
 _INTERESTING = ("shard", "autoshard", "partial", "rebatch", "fall back", "fallback")
@@ -29,14 +29,17 @@ def plan(config: SplitConfig, strategy=None) -> dict:
         strategy = strategy or devices.make_strategy(config.devices)
         with tempfile.TemporaryDirectory() as tmp:
             make_examples = id_source(config, Path(tmp))
-            dist = inputs.distribute(
-                strategy, make_examples, global_batch=config.global_batch, api=config.api,
-                policy=config.policy, drop_remainder=config.drop_remainder, transform=None, prefetch=False,
-            )
-            steps = []
-            for batch in dist:
-                local = strategy.experimental_local_results(batch)
-                steps.append([[int(i) for i in tf.reshape(v, [-1]).numpy()] for v in local])
+            try:
+                dist = inputs.distribute(
+                    strategy, make_examples, global_batch=config.global_batch, api=config.api,
+                    policy=config.policy, drop_remainder=config.drop_remainder, transform=None, prefetch=False,
+                )
+                steps = []
+                for batch in dist:
+                    local = strategy.experimental_local_results(batch)
+                    steps.append([[int(i) for i in tf.reshape(v, [-1]).numpy()] for v in local])
+            except tf.errors.OpError as err:
+                raise DistcoreError(explain_tf_error(config, err)) from None
     result = {
         "steps": steps,
         "replicas": config.replicas,
@@ -48,6 +51,7 @@ def plan(config: SplitConfig, strategy=None) -> dict:
         "api": config.api,
         "drop_remainder": config.drop_remainder,
         "files": config.files,
+        "workers": config.workers,
         "tf_messages": [line for line in captured() if any(k in line.lower() for k in _INTERESTING)],
     }
     result["notes"] = describe(result)
@@ -102,7 +106,12 @@ def capture_fd2():
 def describe(result: dict) -> list[str]:
     """Plain-English notes on a plan: partial batches, empty replicas, policy effects."""
     steps, replicas, g = result["steps"], result["replicas"], result["global_batch"]
+    workers = result.get("workers", 1)
+    share = g // workers  # this process's part of each global batch
     notes = []
+    if workers > 1:
+        notes.append(f"This is one of {workers} workers: it feeds {replicas // workers} of the {replicas} "
+                     f"replicas, so its full share of a global batch of {g} is {share}.")
     if result["api"] == "dataset":
         notes.append(
             f"experimental_distribute_dataset: the dataset is batched by the global batch ({g}) and "
@@ -123,8 +132,8 @@ def describe(result: dict) -> list[str]:
     for number, step in enumerate(steps, start=1):
         sizes = [len(ids) for ids in step]
         empty = [str(r) for r, size in enumerate(sizes) if size == 0]
-        if sum(sizes) < g:
-            notes.append(f"Step {number} is a partial batch ({sum(sizes)} of {g}), split {'/'.join(map(str, sizes))}.")
+        if sum(sizes) < share:
+            notes.append(f"Step {number} is a partial batch ({sum(sizes)} of {share}), split {'/'.join(map(str, sizes))}.")
         if empty:
             who = "replica " + empty[0] if len(empty) == 1 else "replicas " + ", ".join(empty)
             notes.append(f"Step {number}: {who} got nothing (an empty batch, so it still joins the all-reduce).")
@@ -132,8 +141,50 @@ def describe(result: dict) -> list[str]:
     return notes
 
 
+def explain_tf_error(config: SplitConfig, err) -> str:
+    message = str(err).strip().splitlines()[0][:400] if str(err).strip() else type(err).__name__
+    text = f"TensorFlow refused this plan: {type(err).__name__}: {message}"
+    if config.policy == "file" and not config.files:
+        text += (" (FILE sharding hands out whole input files, but this dataset is made in memory and "
+                 "reads no files: use --files F, or the DATA or AUTO policy.)")
+    elif config.policy in ("file", "auto") and config.workers > config.files:
+        text += (f" (FILE sharding hands out whole files: {config.files} file(s) cannot be split over "
+                 f"{config.workers} workers, so TensorFlow stops. Use more files than workers, or the DATA policy.)")
+    return text
+
+
+def cluster_notes(plans: list[dict]) -> list[str]:
+    """What the shard policy did across workers, read off the ids each worker received."""
+    seen = [sorted(i for step in p["steps"] for ids in step for i in ids) for p in plans]
+    notes = [f"Worker {w} received {len(ids)} example(s) in {len(p['steps'])} step(s)."
+             for w, (p, ids) in enumerate(zip(plans, seen))]
+    every = [i for ids in seen for i in ids]
+    repeated = len(every) - len(set(every))
+    if repeated:
+        notes.append(f"{repeated} example(s) reached more than one worker: with this policy each worker "
+                     "reads data the others also read (OFF: everything).")
+        return notes
+    notes.append("No example reached two workers: the policy divided the data between them.")
+    g, policy, files = plans[0]["global_batch"], plans[0]["policy"], plans[0]["files"]
+    by_global_batch = all(g * k <= i < g * (k + 1)
+                          for p in plans for k, step in enumerate(p["steps"]) for ids in step for i in ids)
+    if by_global_batch:
+        text = "Every worker took its piece of each global batch in turn: that is DATA sharding."
+        if policy == "auto":
+            text += (" AUTO found no input files to shard" if not files else " AUTO could not shard by file")
+            text += " and fell back to DATA (TensorFlow 2.21 logs nothing when it does; the ids show it)."
+        notes.append(text)
+    elif files:
+        notes.append("Each worker read whole files of its own: that is FILE sharding (a worker's steps come "
+                     "from its files only, so its last batches can be smaller than its share).")
+    return notes
+
+
 def policy_note(result: dict) -> str:
     policy = result["policy"].upper()
+    if result.get("workers", 1) > 1 and result["api"] == "dataset":
+        return (f"Shard policy {policy} divides the data between the {result['workers']} workers "
+                "(each worker's steps are listed separately).")
     if result["api"] == "function":
         return (f"Shard policy {policy} is not used by distribute_datasets_from_function: the input "
                 "function shards itself with InputContext (num_input_pipelines, input_pipeline_id).")

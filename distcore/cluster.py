@@ -1,0 +1,193 @@
+"""Beyond one process: `MultiWorkerMirroredStrategy` configured by `TF_CONFIG`.
+
+Each worker is an ordinary `python -m distcore train --multi-worker ...` (or
+`split --multi-worker ...`) process whose `TF_CONFIG` names the cluster and its own
+place in it. Worker 0 is the chief: it owns the run directory (config, metrics,
+status, checkpoints); the others write to temporary folders of their own and read
+the run directory only to resume.
+
+`launch()` starts W such workers on this machine on free loopback ports and
+watches them: when one dies, the rest are stopped (SIGTERM, then SIGKILL after
+`GRACE_SECONDS`), so a lost worker ends the whole job within
+`FAILURE_BOUND_SECONDS` instead of leaving the others blocked in an all-reduce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import DistcoreError
+
+POLL_SECONDS = 0.2
+GRACE_SECONDS = 3.0
+FAILURE_BOUND_SECONDS = 10  # death noticed within POLL, the rest gone within GRACE + kill
+
+
+@dataclass(frozen=True)
+class Task:
+    workers: int
+    index: int
+
+    @property
+    def is_chief(self) -> bool:
+        return self.index == 0
+
+
+def parse_tf_config(text: str | None) -> Task:
+    """Check a TF_CONFIG value and return this process's place in the cluster."""
+    if not text:
+        raise DistcoreError("--multi-worker needs the TF_CONFIG environment variable (see README: Clusters).")
+    try:
+        spec = json.loads(text)
+    except ValueError as err:
+        raise DistcoreError(f"TF_CONFIG is not valid JSON ({err}).") from None
+    cluster = spec.get("cluster") if isinstance(spec, dict) else None
+    task = spec.get("task") if isinstance(spec, dict) else None
+    if not isinstance(cluster, dict) or not isinstance(task, dict):
+        raise DistcoreError('TF_CONFIG must hold {"cluster": {"worker": [...]}, "task": {"type": "worker", "index": i}}.')
+    if set(cluster) - {"worker", "chief"} or not cluster.get("worker"):
+        raise DistcoreError(f"TF_CONFIG cluster must list workers (and optionally one chief); got job types {sorted(cluster)}.")
+    addresses = list(cluster.get("chief", [])) + list(cluster["worker"])
+    if not all(isinstance(a, str) and ":" in a for a in addresses) or len(set(addresses)) != len(addresses):
+        raise DistcoreError(f"TF_CONFIG addresses must be distinct 'host:port' strings; got {addresses}.")
+    kind, index = task.get("type"), task.get("index")
+    if kind not in cluster or not isinstance(index, int) or not 0 <= index < len(cluster[kind]):
+        raise DistcoreError(f"TF_CONFIG task {task} does not name a member of the cluster {cluster}.")
+    offset = len(cluster.get("chief", [])) if kind == "worker" else 0
+    return Task(workers=len(addresses), index=index + offset)
+
+
+def current_task() -> Task:
+    return parse_tf_config(os.environ.get("TF_CONFIG"))
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the OS reports free on loopback, all held open together so they differ."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def local_tf_configs(workers: int) -> list[str]:
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)]
+    return [json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}})
+            for i in range(workers)]
+
+
+@dataclass
+class Outcome:
+    returncodes: list[int]
+    failed: int | None  # index of the first worker that failed, if any
+    message: str
+    seconds_to_stop: float | None  # from the first failure to the last worker gone
+
+
+def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: Path | None = None,
+           gpus_per_worker: int = 0, timeout: float | None = None) -> Outcome:
+    """Run `python -m distcore WORKER_ARGS` as `workers` processes of one cluster.
+
+    Worker i's stdout goes to LOG_DIR/worker-i.out (the chief's to `chief_stdout`
+    when given), its stderr to LOG_DIR/worker-i.log.
+    """
+    own_logs = log_dir is None
+    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="distcore-cluster-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs, logs = [], []
+    for index, tf_config in enumerate(local_tf_configs(workers)):
+        env = {**os.environ, "TF_CONFIG": tf_config}
+        if gpus_per_worker:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index * gpus_per_worker + g) for g in range(gpus_per_worker))
+        log = open(log_dir / f"worker-{index}.log", "w")
+        out = open(log_dir / f"worker-{index}.out", "w")
+        logs += [log, out]
+        stdout = chief_stdout if index == 0 and chief_stdout is not None else out
+        procs.append(subprocess.Popen([sys.executable, "-m", "distcore", *worker_args], env=env,
+                                      stdout=stdout, stderr=log, text=True))
+    forward = lambda signum, _frame: [p.send_signal(signum) for p in procs if p.poll() is None]  # noqa: E731
+    in_main = threading.current_thread() is threading.main_thread()  # signals can only be set there
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
+    try:
+        outcome = watch(procs, log_dir, timeout)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for log in logs:
+            log.close()
+    if own_logs and outcome.failed is None:
+        shutil.rmtree(log_dir, ignore_errors=True)  # kept after a failure, for the post-mortem
+    elif own_logs:
+        outcome.message += f" (worker logs: {log_dir})"
+    return outcome
+
+
+def watch(procs, log_dir: Path, timeout: float | None) -> Outcome:
+    started = time.monotonic()
+    failed, failed_at = None, None
+    while any(p.poll() is None for p in procs):
+        if failed is None:
+            bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+            late = timeout is not None and time.monotonic() - started > timeout
+            if bad or late:
+                failed, failed_at = (bad[0] if bad else -1), time.monotonic()
+                stop_all(procs)
+        time.sleep(POLL_SECONDS)
+    codes = [p.returncode for p in procs]
+    if failed is None and any(codes):
+        failed, failed_at = next(i for i, c in enumerate(codes) if c), time.monotonic()
+    if failed is None:
+        return Outcome(codes, None, f"all {len(procs)} workers finished", None)
+    seconds = time.monotonic() - failed_at
+    if failed == -1:
+        return Outcome(codes, -1, f"the cluster did not finish within {timeout:.0f} s and was stopped", seconds)
+    message = f"worker {failed} {describe_exit(codes[failed])}; the other workers were stopped."
+    if codes[failed] > 0:  # it failed by itself: its last words say why
+        message += f" Its log ends: {tail(log_dir / f'worker-{failed}.log')}"
+    return Outcome(codes, failed, message, seconds)
+
+
+def stop_all(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + GRACE_SECONDS
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(POLL_SECONDS)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()  # blocked inside a collective, it cannot run a Python signal handler
+    for p in procs:
+        p.wait()
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+def tail(path: Path, lines: int = 3) -> str:
+    noise = ("I0000", "W0000", "WARNING: All log", "warnings.warn", "UserWarning")
+    try:
+        text = [line for line in path.read_text(errors="replace").splitlines()
+                if line.strip() and not any(n in line for n in noise)]
+    except OSError:
+        return "(no log)"
+    return " | ".join(line.strip()[:300] for line in text[-lines:]) or "(empty)"
