@@ -1,0 +1,131 @@
+"""MultiWorkerMirroredStrategy with real worker processes on loopback ports."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+from distcore import cluster, runs
+from distcore.config import DistcoreError
+
+
+def cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "distcore", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def worker_split(policy, files, examples=12, batch=4):
+    result = cli("split", "--workers", "2", "--files", str(files), "--examples", str(examples),
+                 "--global-batch", str(batch), "--policy", policy, "--json")
+    return result, json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("text,message", [
+    (None, "needs the TF_CONFIG"),
+    ("{", "not valid JSON"),
+    ('{"cluster": {}}', "must hold"),
+    ('{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "must list workers"),
+    ('{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}', "distinct"),
+    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}', "does not name a member"),
+])
+def test_malformed_tf_config_is_refused_clearly(text, message):
+    with pytest.raises(DistcoreError, match=message):
+        cluster.parse_tf_config(text)
+
+
+def test_tf_config_places_this_process():
+    text = '{"cluster": {"chief": ["h0:1"], "worker": ["h1:1", "h2:1"]}, "task": {"type": "worker", "index": 1}}'
+    task = cluster.parse_tf_config(text)
+    assert task.workers == 3 and task.index == 2 and not task.is_chief
+
+
+def test_free_ports_differ():
+    ports = cluster.free_ports(4)
+    assert len(set(ports)) == 4 and all(1024 <= p < 65536 for p in ports)
+
+
+# 12 ids in 2 files ([0..5], [6..11]), 2 workers of 1 replica each, global batch 4: the
+# distributed-input guide's example. DATA and OFF give its tables; FILE gives each worker
+# its own file in full batches of 2 where the guide shows [4] and [5] as separate steps.
+EXPECTED = {
+    "data": [[[[0, 1]], [[4, 5]], [[8, 9]]], [[[2, 3]], [[6, 7]], [[10, 11]]]],
+    "off": [[[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]], [[8, 9]], [[10, 11]]]] * 2,
+    "file": [[[[0, 1]], [[2, 3]], [[4, 5]]], [[[6, 7]], [[8, 9]], [[10, 11]]]],
+}
+
+
+@pytest.mark.parametrize("policy", ["data", "off", "file"])
+def test_shard_policies_across_two_workers(policy):
+    result, out = worker_split(policy, files=2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [w["steps"] for w in out["workers"]] == EXPECTED[policy]
+    assert [w["worker"] for w in out["workers"]] == [0, 1]
+    overlap = any("more than one worker" in n for n in out["notes"])
+    assert overlap == (policy == "off")
+
+
+def test_auto_on_an_in_memory_dataset_falls_back_to_data():
+    result, out = worker_split("auto", files=0)
+    assert [w["steps"] for w in out["workers"]] == EXPECTED["data"]
+    assert any("fell back to DATA" in n for n in out["notes"])
+
+
+def test_file_policy_with_fewer_files_than_workers_shows_tensorflows_error():
+    result, out = worker_split("file", files=1)
+    assert result.returncode == 2
+    assert "Could not apply FILE based sharding" in out["error"]  # TensorFlow's own words
+    assert "cannot be split over 2 workers" in out["error"]  # and ours
+
+
+def start_cluster(run_dir, *extra):
+    args = ["cluster", "--workers", "2", "--run-dir", str(run_dir), "--train-examples", "6400",
+            "--test-examples", "500", "--epochs", "2", "--checkpoint-every", "20", "--steps-per-loop", "5",
+            "--seed", "4", "--json", *extra]
+    return subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def worker_pid(launcher_pid, index):
+    for pid in subprocess.run(["pgrep", "-P", str(launcher_pid)], capture_output=True, text=True).stdout.split():
+        if f'"index": {index}'.encode() in open(f"/proc/{pid}/environ", "rb").read():
+            return int(pid)
+    raise AssertionError("worker not found")
+
+
+def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start_cluster(run_dir)
+    losses = []
+    for line in proc.stdout:
+        record = json.loads(line)
+        if "loss" in record:
+            losses.append(record["loss"])
+        if record.get("step", 0) >= 45 and "loss" in record:
+            break
+    killed_at = time.monotonic()
+    os.kill(worker_pid(proc.pid, 1), signal.SIGKILL)
+    proc.stdout.read()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 2
+    assert time.monotonic() - killed_at < cluster.FAILURE_BOUND_SECONDS
+    assert "worker 1 was killed by SIGKILL" in stderr and "--resume" in stderr
+    status = runs.read_status(run_dir)
+    assert status["state"] == "failed" and "worker 1" in status["message"]
+    assert runs.list_checkpoints(run_dir)[:2] == ["ckpt-20", "ckpt-40"]
+    assert sum(losses[-10:]) / 10 < sum(losses[:5]) / 5  # the cluster was learning
+
+    proc = start_cluster(run_dir, "--resume")
+    records = [json.loads(line) for line in proc.stdout]
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
+    assert records[0]["event"] == "resume" and records[0]["step"] >= 40
+    assert runs.read_status(run_dir)["state"] == "finished" and runs.read_status(run_dir)["step"] == 200
+    steps = [r["step"] for r in runs.read_metrics(run_dir) if "loss" in r]
+    assert steps == list(range(1, 201))  # every step once: the lost steps' records were rolled back
+    final = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-200"][0]
+    evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json").stdout)
+    assert evaluated["accuracy"] == final["test_accuracy"] and final["test_accuracy"] > 0.7
