@@ -9,6 +9,7 @@ and says so; it never silently starts again from step 0.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import tensorflow as tf
@@ -38,26 +39,42 @@ class Saver:
 
     def restore_latest(self, on_fallback=lambda message: None) -> str:
         """Restore the newest checkpoint that reads back intact; return its name."""
-        names = runs.list_checkpoints(self.read_folder.parent)
-        if not names:
-            raise DistcoreError(f"cannot resume: {self.read_folder} holds no checkpoint.")
-        problems = []
-        for name in reversed(names):
-            try:
-                restore(self.checkpoint, self.read_folder / name)
-            except DistcoreError as err:
-                problems.append(f"{name}: {err}")
-                continue
-            if problems:
-                on_fallback(f"restored {name}; skipped unreadable {'; '.join(problems)}")
-            return name
-        raise DistcoreError("no checkpoint could be restored: " + "; ".join(problems))
+        for leftover in self.read_folder.glob("*_temp*"):
+            shutil.rmtree(leftover, ignore_errors=True)  # a save that was killed half-way
+        return newest_intact(self.read_folder, lambda prefix: restore(self.checkpoint, prefix), on_fallback)
+
+
+def newest_intact(folder: Path, try_restore, on_fallback) -> str:
+    """Call `try_restore` on checkpoints newest first; return the first that works.
+
+    `CheckpointManager` alone would hand back the newest even when it is damaged, and
+    a damaged `checkpoint` state file makes it report none (a silent restart from 0):
+    so the list comes from the files on disk, and each one is really read.
+    """
+    names = runs.list_checkpoints(folder.parent)
+    problems = []
+    recorded = state_file_latest(folder)
+    if recorded and recorded not in names:
+        problems.append(f"{recorded}: named latest in the checkpoint state file, but its files are gone")
+    if not names:
+        raise DistcoreError(f"{folder} holds no checkpoint to restore" + (f" ({problems[0]})." if problems else "."))
+    for name in reversed(names):
+        try:
+            try_restore(folder / name)
+        except DistcoreError as err:
+            problems.append(f"{name}: {err}")
+            continue
+        if problems:
+            on_fallback(f"restored {name}, the newest intact checkpoint; skipped {'; '.join(problems)}")
+        return name
+    raise DistcoreError("no checkpoint could be restored: " + "; ".join(problems))
 
 
 def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False) -> None:
     """Restore `prefix` into `checkpoint`, refusing a mismatched or damaged checkpoint."""
     status = None
     try:
+        verify(prefix)
         status = checkpoint.restore(str(prefix))
         if partial:
             status.expect_partial()
@@ -67,6 +84,23 @@ def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False
             status.expect_partial()  # no second round of "value not found" warnings at exit
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line[:300]}).") from None
+
+
+def state_file_latest(folder: Path) -> str | None:
+    """The newest checkpoint TensorFlow's `checkpoint` state file names, if it can be read."""
+    try:
+        state = tf.train.get_checkpoint_state(str(folder))
+    except (tf.errors.OpError, ValueError):
+        return None
+    return Path(state.model_checkpoint_path).name if state and state.model_checkpoint_path else None
+
+
+def verify(prefix: Path) -> None:
+    """Read every tensor of the checkpoint, so a damaged byte anywhere (optimizer slots
+    included) fails its checksum now, not in the middle of a later restore."""
+    reader = tf.train.load_checkpoint(str(prefix))
+    for key in reader.get_variable_to_shape_map():
+        reader.get_tensor(key)
 
 
 def find(run_dir, name: str | None) -> tuple[str, int]:
@@ -95,6 +129,7 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     from .model import create_model
 
     config = TrainConfig.from_dict(runs.read_config(run_dir))
+    newest = name is None
     name, step = find(run_dir, name)
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
     data = data_lib.load(config.data_dir)
@@ -103,7 +138,13 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
         model = create_model(config.model, config.l2)
         loss_metric = keras.metrics.Mean()
         accuracy_metric = keras.metrics.SparseCategoricalAccuracy()
-    restore(tf.train.Checkpoint(model=model), Path(run_dir) / "checkpoints" / name, partial=True)
+    notes = []
+    restore_model = lambda prefix: restore(tf.train.Checkpoint(model=model), prefix, partial=True)  # noqa: E731
+    if newest:  # "the latest" means the latest that is intact; say so when that is not the newest
+        name = newest_intact(Path(run_dir) / "checkpoints", restore_model, notes.append)
+        step = runs.checkpoint_step(name)
+    else:
+        restore_model(Path(run_dir) / "checkpoints" / name)
     loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     def replica_step(images, labels):
@@ -131,6 +172,8 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
         "loss": float(loss_metric.result()), "examples": n,
         "devices": list(device_names) if device_names else ["no strategy"],
     }
+    if notes:
+        result["note"] = notes[0]
     if details:
         result["confusion"] = confusion
         result["samples"] = sample_predictions(model, data, count=16)

@@ -18,6 +18,7 @@ OPTIMIZERS = ("adam", "sgd")
 MAX_LOGICAL_CPUS = 16
 MAX_GLOBAL_BATCH = 65536
 MAX_SPLIT_EXAMPLES = 100_000
+MAX_SPLIT_STEPS = 2_000  # a plan is for looking at: more steps than this nobody reads
 TRAIN_SIZE = 60_000
 TEST_SIZE = 10_000
 
@@ -104,6 +105,12 @@ class SplitConfig:
             )
         if self.files and self.files > self.examples:
             raise DistcoreError(f"files ({self.files}) must be at most the number of examples ({self.examples}).")
+        if -(-self.examples // self.global_batch) > MAX_SPLIT_STEPS:
+            raise DistcoreError(
+                f"{self.examples} examples in batches of {self.global_batch} make "
+                f"{-(-self.examples // self.global_batch)} steps; a split plan shows at most {MAX_SPLIT_STEPS}: "
+                f"use fewer examples or a batch of at least {-(-self.examples // MAX_SPLIT_STEPS)}."
+            )
 
     @property
     def replicas(self) -> int:

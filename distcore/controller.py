@@ -173,8 +173,12 @@ class Controller:
             self.set_status(state)
             return {"state": state, "step": step, "total_steps": total}
         except BaseException as err:
-            self.log_event("failed", f"{type(err).__name__}: {err}")
-            self.set_status("failed", message=f"{type(err).__name__}: {err}")
+            message = str(err) if isinstance(err, DistcoreError) else f"{type(err).__name__}: {err}"
+            try:
+                self.log_event("failed", message)
+                self.set_status("failed", message=message)
+            except DistcoreError:
+                pass  # the run directory itself is what failed; the error below says so
             if self.config.workers > 1 and isinstance(err, tf.errors.OpError):
                 raise DistcoreError(f"worker {self.task.index}: the cluster lost a peer or a collective failed "
                                     f"({type(err).__name__}: {str(err).splitlines()[0][:200]}).") from None

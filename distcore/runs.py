@@ -64,9 +64,14 @@ def list_runs(root) -> list[str]:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    """Write to a temporary file and rename it over `path`: readers see old or new, never half."""
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise DistcoreError(f"cannot write {path}: {err.strerror or err}.") from None
 
 
 def read_json(path: Path) -> dict | None:
@@ -125,12 +130,18 @@ class MetricsLog:
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / "metrics.jsonl"
-        self._file = open(self.path, "a", encoding="utf-8")
+        try:
+            self._file = open(self.path, "a", encoding="utf-8")
+        except OSError as err:
+            raise DistcoreError(f"cannot write {self.path}: {err.strerror or err}.") from None
 
     def write(self, record: dict) -> dict:
         record = {**record, "time": round(time.time(), 3)}
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        except OSError as err:
+            raise DistcoreError(f"cannot write {self.path}: {err.strerror or err}.") from None
         return record
 
     def close(self) -> None:

@@ -74,3 +74,18 @@ def test_check_int_accepts_exactly_whole_numbers_in_range(value):
     assert isinstance(result, int) and 1 <= result <= 100
     if isinstance(value, float):
         assert math.isfinite(value) and value == result
+
+
+def test_a_split_plan_too_long_to_read_is_refused_before_running():
+    with pytest.raises(DistcoreError, match=r"100000 steps; a split plan shows at most 2000.*at least 50"):
+        SplitConfig(examples=100_000, global_batch=1, devices=CPUS2)
+
+
+@given(examples=st.integers(-5, 200_000), batch=st.integers(-5, 70_000), files=st.integers(-2, 80))
+def test_split_config_either_validates_or_says_why(examples, batch, files):
+    try:
+        config = SplitConfig(examples=examples, global_batch=batch, devices=CPUS2, files=files)
+    except DistcoreError as err:
+        assert str(err)[0].isalnum() and len(str(err)) < 300
+        return
+    assert 1 <= config.global_batch <= config.examples and -(-config.examples // config.global_batch) <= 2000

@@ -1,0 +1,180 @@
+"""Faults, injected: kills mid-step and mid-save, damaged checkpoints, unwritable disks."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import ROOT, cpus
+from distcore import checkpoints, runs
+from distcore.config import DistcoreError, TrainConfig
+from distcore.controller import Controller, resume_config
+from distcore.loop import StepRunner
+
+ARGS = ["--replicas", "2", "--train-examples", "2048", "--test-examples", "500", "--checkpoint-every", "10",
+        "--steps-per-loop", "5", "--seed", "6", "--json"]  # 32 steps
+
+
+def config():
+    return TrainConfig(devices=cpus(2), train_examples=2048, test_examples=500, checkpoint_every=10,
+                       steps_per_loop=5, seed=6)
+
+
+def weights(run_dir):
+    runner = StepRunner(tf.distribute.get_strategy(), config())
+    name = runs.list_checkpoints(run_dir)[-1]
+    checkpoints.restore(runner.checkpoint(), Path(run_dir) / "checkpoints" / name)
+    return [v.numpy() for v in runner.model.trainable_variables]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The same run, never interrupted."""
+    run_dir = tmp_path_factory.mktemp("faults") / "reference"
+    assert Controller(config(), run_dir).run()["step"] == 32
+    return run_dir
+
+
+def train(run_dir, *extra, script=None, env=None):
+    command = [sys.executable, script, "train"] if script else [sys.executable, "-m", "distcore", "train"]
+    return subprocess.Popen(command + ["--run-dir", str(run_dir), *ARGS, *extra], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+
+
+def resume_and_check(run_dir, reference, expected_from):
+    proc = train(run_dir, "--resume")
+    records = [json.loads(line) for line in proc.stdout]
+    assert proc.wait(timeout=300) == 0
+    assert records[0]["event"] == "resume" and records[0]["step"] == expected_from
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    parsed = [json.loads(line) for line in lines]  # every line parses
+    assert [r["step"] for r in parsed if "loss" in r] == list(range(1, 33))  # each step once
+    assert runs.read_status(run_dir)["step"] == 32
+    for a, b in zip(weights(run_dir), weights(reference)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_sigkill_in_the_middle_of_training(tmp_path, reference):
+    proc = train(tmp_path / "r")
+    for line in proc.stdout:
+        if json.loads(line).get("step") == 25:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    assert runs.read_status(tmp_path / "r")["state"] == "running"  # it never got to say otherwise
+    assert runs.list_checkpoints(tmp_path / "r") == ["ckpt-10", "ckpt-20"]
+    resume_and_check(tmp_path / "r", reference, expected_from=20)
+
+
+def newest_complete(run_dir):
+    for name in reversed(runs.list_checkpoints(run_dir)):
+        try:
+            checkpoints.verify(Path(run_dir) / "checkpoints" / name)
+            return int(name.split("-")[1])
+        except Exception:
+            continue
+
+
+def test_sigkill_in_the_middle_of_a_checkpoint_save(tmp_path, reference):
+    proc = train(tmp_path / "r", script=str(ROOT / "tests/helpers/kill_during_save.py"),
+                 env={"KILL_AT_STEP": "20"})
+    proc.stdout.read()
+    assert proc.wait() == -signal.SIGKILL
+    folder = tmp_path / "r" / "checkpoints"
+    assert list(folder.glob("ckpt-20_temp*"))  # it died while TensorFlow was writing ckpt-20
+    assert "ckpt-20" not in (folder / "checkpoint").read_text()  # the save never completed
+    # ckpt-20's files may or may not have been merged when it died; resume takes the
+    # newest checkpoint that reads back whole.
+    resume_and_check(tmp_path / "r", reference, expected_from=newest_complete(tmp_path / "r"))
+    assert not list(folder.glob("*_temp*"))  # leftovers cleaned up
+
+
+def damage(run_dir, how):
+    folder = run_dir / "checkpoints"
+    data, index = next(folder.glob("ckpt-20.data-*")), folder / "ckpt-20.index"
+    if how == "truncate data":
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    elif how == "flip a byte":
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        data.write_bytes(bytes(raw))
+    elif how == "empty index":
+        index.write_bytes(b"")
+    elif how == "delete data":
+        data.unlink()
+    elif how == "delete checkpoint":
+        data.unlink()
+        index.unlink()
+    elif how == "corrupt state file":
+        (folder / "checkpoint").write_text("model_checkpoint_path: {{{ not a proto")
+    elif how == "delete state file":
+        (folder / "checkpoint").unlink()
+
+
+@pytest.mark.parametrize("how,expected", [
+    ("truncate data", "ckpt-10"), ("flip a byte", "ckpt-10"), ("empty index", "ckpt-10"),
+    ("delete data", "ckpt-10"), ("delete checkpoint", "ckpt-10"),
+    ("corrupt state file", "ckpt-20"), ("delete state file", "ckpt-20"),
+])
+def test_damaged_newest_checkpoint_falls_back_and_says_so(tmp_path, how, expected):
+    run_dir = tmp_path / "r"
+    Controller(config().replace(max_steps=20), run_dir).run()
+    damage(run_dir, how)
+    controller = Controller(resume_config(run_dir, {"max_steps": 22}), run_dir, resume=True)
+    assert controller.resumed_from == expected
+    assert int(controller.runner.step.numpy()) == int(expected.split("-")[1])  # never a restart from 0
+    fallbacks = [r["message"] for r in runs.read_metrics(run_dir) if r.get("event") == "fallback"]
+    assert bool(fallbacks) == (expected == "ckpt-10")
+    controller.metrics.close()
+    evaluated = checkpoints.evaluate(run_dir, None)
+    assert evaluated["checkpoint"] == expected
+    assert ("note" in evaluated) == (expected == "ckpt-10")
+    if expected == "ckpt-10" and how != "delete checkpoint":
+        with pytest.raises(DistcoreError, match="ckpt-20 cannot be restored"):
+            checkpoints.evaluate(run_dir, "ckpt-20")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB filesystem: room for the run's files and one checkpoint (1.4 MiB), not two."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                      capture_output=True).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)])
+
+
+def test_a_full_disk_is_a_clear_error_and_the_last_good_checkpoint_stays_latest(small_disk, tmp_path):
+    run_dir = small_disk / "r"
+    with pytest.raises(DistcoreError, match="No space left on device"):
+        Controller(config(), run_dir).run()
+    listed = runs.list_checkpoints(run_dir)
+    assert listed == ["ckpt-10"]  # the save that ran out of room left no checkpoint behind
+    checkpoints.verify(run_dir / "checkpoints" / listed[-1])
+    assert checkpoints.state_file_latest(run_dir / "checkpoints") == "ckpt-10"
+    import shutil
+
+    moved = tmp_path / "moved"
+    shutil.copytree(run_dir, moved)  # room again: the run resumes from its intact checkpoint
+    assert Controller(resume_config(moved), moved, resume=True).run()["step"] == 32
+
+
+def test_a_read_only_run_directory_is_a_clear_error(tmp_path):
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount)],
+                      capture_output=True).returncode:
+        pytest.skip("needs root to mount a read-only tmpfs")
+    try:
+        with pytest.raises(DistcoreError, match="cannot write to the run directory .*Read-only file system"):
+            Controller(config(), mount / "r")
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
