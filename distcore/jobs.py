@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -37,7 +38,6 @@ def cli_env() -> dict:
     """The environment for CLI subprocesses: the repo importable from anywhere."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
 
 
@@ -114,16 +114,21 @@ def _read_json(path: Path) -> dict | None:
 
 
 def job_pid(run_dir: Path) -> int | None:
-    """The training pid: from status.json, else from the launcher's job.json."""
-    for obj in (runs.read_status(run_dir), _read_json(Path(run_dir) / JOB_FILE)):
-        if obj and obj.get("pid"):
+    """The live training pid of a run, or None.
+
+    status.json may still name the previous process right after a resume, and
+    job.json (written by the launcher) names the new one before it writes any
+    status, so both are checked.
+    """
+    for obj in (_read_json(Path(run_dir) / JOB_FILE), runs.read_status(run_dir)):
+        if obj and obj.get("pid") and is_train_process(obj["pid"], run_dir):
             return int(obj["pid"])
     return None
 
 
 def is_active(run_dir: Path) -> bool:
     """A run is active while its training process lives (whatever status.json says)."""
-    return is_train_process(job_pid(run_dir), run_dir)
+    return job_pid(run_dir) is not None
 
 
 def run_dirs(runs_root) -> list[Path]:
@@ -194,14 +199,24 @@ def options_to_args(options: dict | list | None) -> list[str]:
     return args
 
 
-def stop_training(run_dir) -> bool:
-    """SIGTERM the run's training process (it checkpoints at the next step); False if none."""
+def stop_training(run_dir, startup_timeout: float = 90) -> bool:
+    """SIGTERM the run's training process (it checkpoints at the next step); False if none.
+
+    The trainer installs its SIGTERM handler before it first writes status.json,
+    so a process that has not written its status yet is given time to get there:
+    signalling it earlier would kill it without a checkpoint.
+    """
     run_dir = Path(run_dir)
-    pid = job_pid(run_dir)
-    if not is_train_process(pid, run_dir):
-        return False
-    os.kill(pid, signal.SIGTERM)
-    return True
+    deadline = time.monotonic() + startup_timeout
+    while True:
+        pid = job_pid(run_dir)
+        if pid is None:
+            return False
+        status = runs.read_status(run_dir) or {}
+        if status.get("pid") == pid or time.monotonic() > deadline:
+            os.kill(pid, signal.SIGTERM)
+            return True
+        time.sleep(0.2)
 
 
 def wait_until_done(run_dir, timeout: float = 120, poll: float = 0.2) -> bool:
@@ -241,7 +256,12 @@ def tail_lines(path: Path, n: int, max_bytes: int = 64_000) -> list[str]:
             data = f.read().decode(errors="replace")
     except OSError:
         return []
-    return [line for line in data.splitlines() if line.strip()][-n:]
+    return [line for line in data.splitlines() if line.strip() and not _noise(line)][-n:]
+
+
+def _noise(line: str) -> bool:
+    """TF's start-up chatter (absl INFO lines), which says nothing about the run."""
+    return bool(re.match(r"I\d{4} ", line)) or line.startswith("WARNING: All log messages before absl")
 
 
 def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progress:

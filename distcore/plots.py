@@ -63,10 +63,11 @@ def shown_steps(n_steps: int, max_rows: int) -> list[int]:
 
 
 def _step_label(step: int, row: list[list[int]], global_batch: int) -> str:
+    """Steps are numbered from 1, as distcore's notes number them."""
     size = sum(len(r) for r in row)
     if size < global_batch:
-        return f"batch {step} (partial {size}/{global_batch})"
-    return f"batch {step}"
+        return f"step {step + 1} (partial {size}/{global_batch})"
+    return f"step {step + 1}"
 
 
 def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
@@ -112,29 +113,28 @@ def split_facts(plan: dict) -> list[str]:
         sizes = [len(ids) for ids in row]
         if sum(sizes) < global_batch:
             split = "/".join(str(n) for n in sizes)
-            facts.append(f"Batch {s} is partial ({sum(sizes)} of {global_batch} examples), split {split}.")
+            facts.append(f"Step {s + 1} is partial ({sum(sizes)} of {global_batch} examples), split {split}.")
         empty = [str(r) for r, n in enumerate(sizes) if n == 0]
         if empty:
             who = "Replica " + empty[0] if len(empty) == 1 else "Replicas " + ", ".join(empty)
-            facts.append(f"{who} got nothing in batch {s}.")
+            facts.append(f"{who} got nothing in step {s + 1}.")
     return facts
 
 
 def split_summary(plan: dict, max_facts: int = 8) -> str:
-    """Markdown: the headline numbers, what stood out, distcore's notes, TF's messages."""
+    """Markdown: the headline numbers, then what happened (distcore's notes, else our own)."""
     steps = plan.get("steps") or []
-    replicas = plan.get("replicas")
     examples = sum(len(ids) for row in steps for ids in row)
     lines = [
         f"**{examples} examples → {len(steps)} global batches of {plan.get('global_batch')}"
-        f" on {replicas} replicas** (per-replica batch {plan.get('per_replica_batch')})."
+        f" on {plan.get('replicas')} replicas** (per-replica batch {plan.get('per_replica_batch')})."
     ]
     facts = split_facts(plan)
-    if not facts:
-        lines.append("Every batch is full and every replica gets an equal share.")
-    lines += [f"- {f}" for f in facts[:max_facts]]
-    if len(facts) > max_facts:
-        lines.append(f"- … and {len(facts) - max_facts} more.")
+    if facts:
+        shown = facts[:max_facts] + ([f"… and {len(facts) - max_facts} more."] if len(facts) > max_facts else [])
+        lines.append(" ".join(shown))
+    else:
+        lines.append("Every global batch is full and every replica gets its share.")
     notes = plan.get("notes") or []
     if notes:
         lines.append("\n**What distcore saw:**")

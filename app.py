@@ -1,0 +1,699 @@
+"""distcore web app: set up, watch and check tf.distribute training from a browser.
+
+Thin by design: layout, event wiring and formatting. Every number shown comes
+from distcore, and all TensorFlow work runs in `python -m distcore ...`
+subprocesses, so this process never imports TensorFlow.
+
+Run it with `python app.py`; it serves on 127.0.0.1:7860. GRADIO_SERVER_NAME and
+GRADIO_SERVER_PORT override that (containers set GRADIO_SERVER_NAME=0.0.0.0).
+DISTCORE_RUNS_DIR picks the runs folder, DISTCORE_MAX_JOBS the number of
+training jobs allowed at once (default 2).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+
+from distcore import data, jobs, plots, runs
+from distcore import devices as devmod
+from distcore.config import (MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig,
+                             TrainConfig, check_int)
+
+POLICY_CHOICES = tuple((p.upper(), p) for p in POLICIES)
+API_CHOICES = (("experimental_distribute_dataset", "dataset"),
+               ("distribute_datasets_from_function", "function"))
+TOY, FASHION = "toy", "fashion"
+NO_STRATEGY, ON_DEVICES = "none", "devices"
+
+ABOUT = """
+**What this is.** A `tf.distribute.MirroredStrategy` custom training loop on Fashion-MNIST.
+Without GPUs the CPU is split into N *logical* devices, so N replicas run (slowly, but
+exactly as they would on N GPUs): each global batch is split into per-replica batches,
+each replica computes gradients on its share, and the gradients are summed across replicas.
+
+**Where current TensorFlow differs from the tutorials** (TF {tf}, Keras 3):
+- `strategy.experimental_run_v2(...)` is gone: it is now **`strategy.run(fn, args=...)`**.
+- Keras 3 losses take **`reduction="none"`** (not `tf.keras.losses.Reduction.NONE`);
+  the per-example losses are then scaled with `tf.nn.compute_average_loss(...,
+  global_batch_size=G)` so that summing the replicas' gradients gives the global mean.
+- `experimental_distribute_dataset` re-batches a dataset batched by the **global** batch;
+  `distribute_datasets_from_function` calls your function once per input pipeline and
+  expects the **per-replica** batch (`ctx.get_per_replica_batch_size(G)`).
+- Keras 3 optimizers and checkpoints are used through `tf.train.Checkpoint`
+  (`ckpt-N.index` + `.data-*` files), restorable with or without a strategy.
+
+**How it runs.** Each training run is its own process writing to its run folder
+(`{root}`); the page only reads that folder, so a reload or a second browser finds the
+run still going. At most {max_jobs} training jobs run at once.
+"""
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """What the app was started with; passed to every handler (no module-level state)."""
+    runs_root: Path
+    max_jobs: int = 2
+    gpus: tuple[str, ...] = ()
+    max_logical_cpus: int = 16
+    tensorflow: str = "unknown"
+    poll_seconds: float = 2.0
+    device_note: str = ""
+
+
+def make_settings(runs_root=None, max_jobs=None, devices_info: dict | None = None,
+                  poll_seconds: float = 2.0) -> AppSettings:
+    info = devices_info or fallback_devices()
+    root = Path(runs_root) if runs_root else runs.runs_root()
+    root.mkdir(parents=True, exist_ok=True)
+    if max_jobs is None:
+        max_jobs = check_int("DISTCORE_MAX_JOBS", os.environ.get("DISTCORE_MAX_JOBS", "2"), low=1)
+    return AppSettings(
+        runs_root=root.resolve(), max_jobs=max_jobs, gpus=tuple(info.get("gpus") or ()),
+        max_logical_cpus=int(info.get("max_logical_cpus") or 16),
+        tensorflow=str(info.get("tensorflow", "unknown")), poll_seconds=poll_seconds,
+        device_note=str(info.get("error", "")),
+    )
+
+
+def detect_devices() -> dict:
+    """Ask `distcore devices` once (in a subprocess); fall back to a CPU-only guess."""
+    try:
+        return jobs.run_cli_json(["devices"], timeout=180)
+    except DistcoreError as e:
+        return {**fallback_devices(), "error": f"Could not list devices ({e}); assuming CPU only."}
+
+
+def fallback_devices() -> dict:
+    return {"tensorflow": "unknown", "gpus": [], "cpus": 1, "max_logical_cpus": 16}
+
+
+# ---------------------------------------------------------------- formatting
+
+def error_md(err) -> str:
+    return f"<div class='dc-error'>⚠️ <b>{err}</b></div>"
+
+
+def eta_text(seconds) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(max(0, seconds))
+    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def progress_bar(step: int, total: int, width: int = 24) -> str:
+    if not total:
+        return ""
+    filled = round(width * min(step, total) / total)
+    return "▓" * filled + "░" * (width - filled) + f" {100 * min(step, total) / total:.0f}%"
+
+
+# ---------------------------------------------------------------- devices and batch
+
+def selected_devices(settings: AppSettings, cpu_count, gpu_boxes) -> tuple[str, ...]:
+    """The device set the user chose: GPU/CPU checkboxes, or N logical CPU devices."""
+    if settings.gpus:
+        if not gpu_boxes:
+            raise DistcoreError("the device set is empty: choose at least one device.")
+        return devmod.parse_device_list(",".join(gpu_boxes))
+    if not cpu_count:
+        raise DistcoreError("the device set is empty: choose how many logical CPU devices to use.")
+    return devmod.resolve(replicas=int(cpu_count), gpus=0)
+
+
+def device_args(names: tuple[str, ...]) -> list[str]:
+    return ["--devices", ",".join(names)]
+
+
+def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes) -> str:
+    """The per-replica batch next to the global batch, or a plain warning."""
+    try:
+        replicas = len(selected_devices(settings, cpu_count, gpu_boxes))
+        g = int(global_batch or 0)
+    except (DistcoreError, ValueError) as e:
+        return error_md(e)
+    if g < 1:
+        return error_md("The global batch size must be a whole number of at least 1.")
+    if g % replicas:
+        return (f"⚠️ **{g} does not divide evenly by {replicas} replicas** ({g} / {replicas} = "
+                f"{g / replicas:.2f}): replicas will get unequal batches, and "
+                "distribute_datasets_from_function refuses it. Press **Show split** to see exactly.")
+    return f"Per-replica batch: **{g // replicas}** ({g} / {replicas} replicas)"
+
+
+# ---------------------------------------------------------------- split
+
+def show_split(settings: AppSettings, planner, source, toy_examples, train_examples,
+               global_batch, cpu_count, gpu_boxes, policy, api, drop_remainder, files):
+    """Ask the planner how TF splits the dataset; return (figure or None, summary markdown)."""
+    try:
+        names = selected_devices(settings, cpu_count, gpu_boxes)
+        examples = toy_examples if source == TOY else train_examples
+        cfg = SplitConfig(examples=examples, global_batch=global_batch, devices=names,
+                          policy=policy, api=api, drop_remainder=bool(drop_remainder),
+                          files=files or 0)
+        if planner.max_replicas and cfg.replicas > planner.max_replicas:
+            raise DistcoreError(f"the split planner handles at most {planner.max_replicas} replicas.")
+        plan = planner.plan({"examples": cfg.examples, "global_batch": cfg.global_batch,
+                             "replicas": cfg.replicas, "policy": cfg.policy, "api": cfg.api,
+                             "drop_remainder": cfg.drop_remainder, "files": cfg.files})
+    except DistcoreError as e:
+        return None, error_md(e)
+    plan = {**plan, "devices": list(names)}  # show the user's device names on the columns
+    return plots.split_figure(plan), plots.split_summary(plan)
+
+
+# ---------------------------------------------------------------- training
+
+def new_run_name() -> str:
+    return time.strftime("run-%Y%m%d-%H%M%S")
+
+
+def train_config(settings, cpu_count, gpu_boxes, global_batch, policy, api, model, optimizer,
+                 learning_rate, epochs, max_steps, steps_per_loop, checkpoint_every, seed,
+                 train_examples, test_examples, drop_remainder=False) -> TrainConfig:
+    """Validate the form with distcore's own rules (no TensorFlow needed)."""
+    return TrainConfig(
+        devices=selected_devices(settings, cpu_count, gpu_boxes), model=model,
+        optimizer=optimizer, learning_rate=learning_rate, global_batch=global_batch,
+        epochs=epochs, max_steps=max_steps or 0, seed=seed if seed is not None else 0,
+        steps_per_loop=steps_per_loop, checkpoint_every=checkpoint_every or 0, policy=policy,
+        api=api, train_examples=train_examples, test_examples=test_examples,
+        drop_remainder=bool(drop_remainder),
+    )
+
+
+def train_args(cfg: TrainConfig) -> list[str]:
+    return device_args(cfg.devices) + jobs.options_to_args({
+        "global_batch": cfg.global_batch, "epochs": cfg.epochs, "max_steps": cfg.max_steps,
+        "seed": cfg.seed, "steps_per_loop": cfg.steps_per_loop,
+        "checkpoint_every": cfg.checkpoint_every, "model": cfg.model,
+        "optimizer": cfg.optimizer, "learning_rate": cfg.learning_rate, "policy": cfg.policy,
+        "api": cfg.api, "train_examples": cfg.train_examples, "test_examples": cfg.test_examples,
+        "drop_remainder": cfg.drop_remainder,
+    })
+
+
+def check_job_limit(settings: AppSettings) -> None:
+    running = jobs.active_runs(settings.runs_root)
+    if len(running) >= settings.max_jobs:
+        raise DistcoreError(
+            f"{len(running)} training job(s) are already running ({', '.join(running)}), and this "
+            f"server allows {settings.max_jobs} at a time. Stop one, or wait until one finishes.")
+
+
+def start_run(settings: AppSettings, lock, run_name, *form):
+    """Start a training run in the background. Returns (message, run dropdown update)."""
+    try:
+        name = runs.check_name(run_name or new_run_name())
+        cfg = train_config(settings, *form)
+        with lock:  # the limit check and the launch must not interleave between sessions
+            check_job_limit(settings)
+            pid = jobs.start_training(settings.runs_root, name, train_args(cfg))
+    except DistcoreError as e:
+        return error_md(e), gr.skip()
+    msg = (f"Started **{name}** (process {pid}) on {', '.join(cfg.devices)}; "
+           f"{cfg.total_steps()} steps. It runs in the background: you can close this page.")
+    return msg, run_dropdown(settings, name)
+
+
+def run_dir_of(settings: AppSettings, name) -> Path:
+    """The folder of an existing run picked by name; DistcoreError for anything else."""
+    if not name:
+        raise DistcoreError("choose a run first.")
+    run_dir = runs.safe_run_dir(settings.runs_root, name)
+    if not run_dir.is_dir():
+        raise DistcoreError(f"there is no run named {name!r}.")
+    return run_dir
+
+
+def stop_run(settings: AppSettings, name) -> str:
+    try:
+        run_dir = run_dir_of(settings, name)
+        if not jobs.stop_training(run_dir):
+            return error_md(f"run {name!r} is not training, so there is nothing to stop.")
+    except DistcoreError as e:
+        return error_md(e)
+    return f"Stopping **{name}**: it finishes the current step, saves a checkpoint and exits."
+
+
+def resume_run(settings: AppSettings, lock, name, epochs, max_steps):
+    """Continue a run from its latest checkpoint (epochs / max steps may extend it)."""
+    try:
+        run_dir = run_dir_of(settings, name)
+        saved = runs.read_config(run_dir)
+        extend = {}
+        if epochs and int(epochs) > int(saved.get("epochs") or 0):
+            extend["epochs"] = int(epochs)
+        if max_steps and int(max_steps) > int(saved.get("max_steps") or 0):
+            extend["max_steps"] = int(max_steps)
+        with lock:
+            check_job_limit(settings)
+            pid = jobs.start_training(settings.runs_root, run_dir.name,
+                                      jobs.options_to_args(extend), resume=True)
+    except (DistcoreError, ValueError) as e:
+        return error_md(e), gr.skip()
+    latest = runs.list_checkpoints(run_dir)[-1]
+    return (f"Resuming **{run_dir.name}** from {latest} (process {pid}).",
+            run_dropdown(settings, run_dir.name))
+
+
+def run_label(settings: AppSettings, name: str) -> str:
+    status = runs.read_status(settings.runs_root / name) or {}
+    return f"{name} ({status.get('state', 'starting')})"
+
+
+def run_dropdown(settings: AppSettings, value=None):
+    """Dropdown update listing the runs (newest first) and their states."""
+    names = list_run_names(settings)
+    if value not in names:
+        value = names[0] if names else None
+    return gr.update(choices=[(run_label(settings, n), n) for n in names], value=value)
+
+
+def list_run_names(settings: AppSettings) -> list[str]:
+    """Runs with a config.json plus runs still starting, newest first."""
+    listed = runs.list_runs(settings.runs_root)
+    starting = [n for n in jobs.active_runs(settings.runs_root) if n not in listed]
+    return starting + listed
+
+
+def default_run(settings: AppSettings):
+    """What a fresh page follows: a running job if any, else the newest run."""
+    active = jobs.active_runs(settings.runs_root)
+    names = list_run_names(settings)
+    return next((n for n in names if n in active), names[0] if names else None)
+
+
+def run_view(settings: AppSettings, name):
+    """(status markdown, loss figure, epoch figure, log text) for one run."""
+    if not name:
+        return ("No run selected yet: set one up and press **Start training**.",
+                plots.loss_figure([]), plots.epoch_figure([]), "")
+    try:
+        run_dir = run_dir_of(settings, name)
+    except DistcoreError as e:
+        return error_md(e), plots.loss_figure([]), plots.epoch_figure([]), ""
+    metrics = runs.read_metrics(run_dir)
+    p = jobs.job_progress(run_dir, metrics=metrics)
+    text = status_md(p) + config_line(runs.read_json(run_dir / "config.json") or {})
+    return text, plots.loss_figure(metrics), plots.epoch_figure(metrics), "\n".join(p.log_lines)
+
+
+def config_line(c: dict) -> str:
+    """The run's setup in one line (empty until config.json exists)."""
+    if not c:
+        return ""
+    return (f"\n\nSetup: {c.get('model')} · {c.get('optimizer')} · learning rate "
+            f"{c.get('learning_rate')} · global batch {c.get('global_batch')} on "
+            f"{', '.join(c.get('devices') or [])} · policy {str(c.get('policy')).upper()} · "
+            f"input API {c.get('api')} · {c.get('train_examples')} training / "
+            f"{c.get('test_examples')} test examples · seed {c.get('seed')}")
+
+
+def status_md(p: jobs.Progress) -> str:
+    speed = f"{p.examples_per_sec:,.0f} examples/s" if p.examples_per_sec else "– examples/s"
+    total = f" / {p.total_steps}" if p.total_steps else ""
+    lines = [f"**{p.name}** · **{p.state}** · step {p.step}{total} · epoch {p.epoch} · "
+             f"{speed} · ETA {eta_text(p.eta_seconds)}"]
+    if p.total_steps:
+        lines.append(f"`{progress_bar(p.step, p.total_steps)}`")
+    if p.message:
+        lines.append(p.message)
+    if p.checkpoints:
+        lines.append(f"Checkpoints: {', '.join(p.checkpoints[-5:])}")
+    return "\n\n".join(lines)
+
+
+def run_signature(settings: AppSettings, name) -> tuple:
+    """Changes whenever anything the view shows changes (cheap: stat calls only)."""
+    try:
+        run_dir = runs.safe_run_dir(settings.runs_root, name)
+    except DistcoreError:
+        return (name,)
+    sig = [name, jobs.is_active(run_dir)]
+    for f in ("metrics.jsonl", "status.json", jobs.LOG_FILE):
+        try:
+            st = (run_dir / f).stat()
+            sig += [st.st_size, st.st_mtime_ns]
+        except OSError:
+            sig += [None, None]
+    return tuple(sig)
+
+
+def poll_run(settings: AppSettings, name, last_sig):
+    """Timer tick: redraw only when the run directory changed."""
+    sig = run_signature(settings, name) if name else (None,)
+    if list(sig) == list(last_sig or []):
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), last_sig
+    return (*run_view(settings, name), list(sig))
+
+
+def poll_run_list(settings: AppSettings, last_labels):
+    """Timer tick: refresh the run picker's labels (name and state) when they change."""
+    labels = [[run_label(settings, n), n] for n in list_run_names(settings)]
+    if labels == (last_labels or []):
+        return gr.skip(), last_labels
+    return gr.update(choices=[tuple(x) for x in labels]), labels
+
+
+def export_run(settings: AppSettings, name):
+    """Write the run's metrics CSV and a copy of config.json to a fresh temp folder."""
+    try:
+        run_dir = run_dir_of(settings, name)
+        runs.read_config(run_dir)
+    except DistcoreError as e:
+        return None, error_md(e)
+    out = Path(tempfile.mkdtemp(prefix="distcore-export-"))
+    csv_path = plots.metrics_csv(runs.read_metrics(run_dir), out / f"{run_dir.name}-metrics.csv")
+    config_path = out / f"{run_dir.name}-config.json"
+    shutil.copyfile(run_dir / "config.json", config_path)
+    return [str(csv_path), str(config_path)], f"Exported **{run_dir.name}**: metrics CSV and config.json."
+
+
+# ---------------------------------------------------------------- evaluation
+
+def checkpoint_dropdown(settings: AppSettings, name):
+    try:
+        ckpts = runs.list_checkpoints(runs.safe_run_dir(settings.runs_root, name)) if name else []
+    except DistcoreError:
+        ckpts = []
+    return gr.update(choices=ckpts, value=ckpts[-1] if ckpts else None)
+
+
+def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes):
+    """Restore a checkpoint and evaluate it: (markdown, confusion figure, gallery items)."""
+    try:
+        run_dir = run_dir_of(settings, name)
+        if checkpoint not in runs.list_checkpoints(run_dir):
+            raise DistcoreError(f"choose one of run {run_dir.name!r}'s checkpoints.")
+        args = ["evaluate", "--run-dir", str(run_dir), "--checkpoint", checkpoint, "--details"]
+        if mode == NO_STRATEGY:
+            args.append("--no-strategy")
+        else:
+            args += device_args(selected_devices(settings, cpu_count, gpu_boxes))
+        result = jobs.run_cli_json(args, timeout=900)
+        config = runs.read_config(run_dir)
+        gallery = sample_gallery(result.get("samples") or [], config.get("data_dir"))
+    except DistcoreError as e:
+        return error_md(e), None, []
+    where = "no strategy" if mode == NO_STRATEGY else ", ".join(result.get("devices") or [])
+    md = (f"### Accuracy {100 * result['accuracy']:.2f}% · loss {result['loss']:.4f}\n"
+          f"{result.get('checkpoint', checkpoint)} (step {result.get('step', '?')}) of "
+          f"**{run_dir.name}**, restored with {where}, on {result.get('examples', '?')} test images.")
+    fig = plots.confusion_figure(result["confusion"], data.CLASS_NAMES) if result.get("confusion") else None
+    return md, fig, gallery
+
+
+def sample_gallery(samples: list[dict], data_dir=None) -> list:
+    """(image, caption) pairs for the sample predictions; images from distcore.data."""
+    if not samples:
+        return []
+    test_images = data.load(data_dir, download=False).test_images
+    items = []
+    for s in samples:
+        # Upscale 28x28 -> 112x112 so the browser shows sharp pixels, not a blur.
+        image = np.kron(test_images[s["index"]], np.ones((4, 4), dtype=np.uint8))
+        ok = s["predicted"] == s["label"]
+        predicted, true = data.CLASS_NAMES[s["predicted"]], data.CLASS_NAMES[s["label"]]
+        caption = f"✓ {predicted}" if ok else f"✗ {predicted} (true: {true})"
+        items.append((image, caption))
+    return items
+
+
+# ---------------------------------------------------------------- loss scaling
+
+def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed) -> str:
+    """One global batch's loss: single device vs distributed vs the two classic mistakes."""
+    try:
+        names = selected_devices(settings, cpu_count, gpu_boxes)
+        args = ["loss-check", *device_args(names), "--global-batch", str(int(global_batch or 0)),
+                "--seed", str(int(seed or 0))]
+        r = jobs.run_cli_json(args, timeout=600)
+    except (DistcoreError, ValueError) as e:
+        return error_md(e)
+    rows = [
+        ("Single device (reference)", r["single_device"], None),
+        ("Distributed step (compute_average_loss, SUM over replicas)", r["distributed"],
+         r["error_distributed"]),
+        ("Mistake 1: reduce_mean per replica, then SUM", r["mistake_reduce_mean"],
+         r["error_reduce_mean"]),
+        ("Mistake 2: average with a Keras Mean metric", r["mistake_keras_mean"],
+         r["error_keras_mean"]),
+    ]
+    table = "| method | loss | error vs single device |\n|---|---:|---:|\n" + "\n".join(
+        f"| {label} | {value:.6f} | {'–' if err is None else f'{err:.2e}'} |"
+        for label, value, err in rows)
+    shares = ", ".join(str(n) for n in r.get("per_replica_examples", []))
+    return (f"**Global batch {r['global_batch']} on {r['replicas']} replicas** "
+            f"(examples per replica: {shares})\n\n{table}\n\n{r.get('explanation', '')}")
+
+
+# ---------------------------------------------------------------- layout
+
+CSS = """
+.dc-error { color: #b42318; background: #fef3f2; border: 1px solid #fecdca;
+            border-radius: 6px; padding: 8px 12px; }
+#dc-logs textarea { font-family: monospace; font-size: 12px; }
+"""
+
+
+def device_inputs(settings: AppSettings, label_prefix: str = "", elem_id: str = "dc-devices"):
+    """GPU/CPU checkboxes when GPUs exist, else a choice of logical CPU device count."""
+    has_gpus = bool(settings.gpus)
+    boxes = gr.CheckboxGroup(
+        choices=list(settings.gpus) + ["cpu:0"], value=list(settings.gpus),
+        label=f"{label_prefix}Devices (GPUs first)", visible=has_gpus, elem_id=f"{elem_id}-boxes")
+    count = gr.Radio(
+        choices=list(range(1, settings.max_logical_cpus + 1)), value=2,
+        label=f"{label_prefix}Logical CPU devices (= replicas)",
+        info="No GPU here: the CPU is split into this many logical devices, one replica each.",
+        visible=not has_gpus, elem_id=f"{elem_id}-count")
+    return count, boxes
+
+
+def header_md(settings: AppSettings) -> str:
+    devices = ", ".join(settings.gpus) if settings.gpus else (
+        f"CPU only, split into up to {settings.max_logical_cpus} logical devices")
+    note = f"\n\n{error_md(settings.device_note)}" if settings.device_note else ""
+    return (f"# distcore: distributed training with tf.distribute\n"
+            f"MirroredStrategy custom training loop on Fashion-MNIST · TensorFlow "
+            f"{settings.tensorflow} · devices: {devices} · runs folder `{settings.runs_root}` · "
+            f"up to {settings.max_jobs} training jobs at once.{note}")
+
+
+def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
+              planner: jobs.Planner | None = None, poll_seconds: float = 2.0) -> gr.Blocks:
+    """The whole UI. devices_info defaults to asking `distcore devices` once."""
+    settings = make_settings(runs_root, max_jobs, devices_info or detect_devices(), poll_seconds)
+    planner = planner or jobs.Planner()
+    lock = threading.Lock()  # shared by this app's sessions: job-limit check + launch
+    bind = functools.partial
+    # delete_cache: exports and gallery images in Gradio's cache go after a day.
+    with gr.Blocks(title="distcore", delete_cache=(3600, 86400)) as demo:
+        gr.Markdown(header_md(settings))
+        with gr.Accordion("About: what this shows, and where TensorFlow changed", open=False):
+            gr.Markdown(ABOUT.format(tf=settings.tensorflow, root=settings.runs_root,
+                                     max_jobs=settings.max_jobs))
+        with gr.Tabs():
+            with gr.Tab("1 · Setup & split"):
+                setup = _setup_tab(settings, planner, bind)
+            with gr.Tab("2 · Train"):
+                train = _train_tab(settings, lock, setup, bind)
+            with gr.Tab("3 · Evaluate"):
+                evaluate_ui = _evaluate_tab(settings, bind)
+            with gr.Tab("4 · Loss scaling"):
+                _loss_tab(settings, setup, bind)
+        demo.load(bind(_on_load, settings), None,
+                  [train["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]])
+    demo.planner = planner  # so main() and tests can close it
+    demo.settings = settings
+    return demo
+
+
+def _on_load(settings: AppSettings):
+    """A fresh page (or a second browser) follows the running job, if any."""
+    follow = default_run(settings)
+    latest = checkpoint_dropdown(settings, follow)
+    return run_dropdown(settings, follow), run_dropdown(settings, follow), latest
+
+
+def _setup_tab(settings: AppSettings, planner, bind) -> dict:
+    ui = {}
+    gr.Markdown("Choose the devices, the batch and the model. **Show split** asks TensorFlow "
+                "which examples each replica gets; **2 · Train** uses these settings.")
+    with gr.Row():
+        with gr.Column():
+            gr.Markdown("### Devices and input")
+            ui["count"], ui["boxes"] = device_inputs(settings)
+            ui["batch"] = gr.Number(value=64, precision=0, label="Global batch size",
+                                    info="examples per step, over all replicas")
+            ui["batch_note"] = gr.Markdown(batch_note(settings, 64, 2, list(settings.gpus)))
+            ui["policy"] = gr.Radio(list(POLICY_CHOICES), value="auto", label="Shard policy (auto_shard_policy)")
+            ui["api"] = gr.Radio(list(API_CHOICES), value="dataset", label="Input API")
+            ui["drop"] = gr.Checkbox(value=False, label="drop_remainder (drop the last partial global batch)")
+        with gr.Column():
+            gr.Markdown("### Model and training")
+            with gr.Row():
+                ui["model"] = gr.Radio(list(MODELS), value="cnn", label="Model")
+                ui["optimizer"] = gr.Radio(list(OPTIMIZERS), value="adam", label="Optimizer")
+            with gr.Row():
+                ui["lr"] = gr.Number(value=0.001, label="Learning rate")
+                ui["seed"] = gr.Number(value=0, precision=0, label="Seed")
+            with gr.Row():
+                ui["epochs"] = gr.Number(value=1, precision=0, label="Epochs")
+                ui["max_steps"] = gr.Number(value=0, precision=0, label="Max steps (0 = no limit)")
+            with gr.Row():
+                ui["steps_per_loop"] = gr.Number(value=20, precision=0, label="Steps per loop",
+                                                 info="steps run inside one tf.function call")
+                ui["ckpt_every"] = gr.Number(value=0, precision=0, label="Checkpoint every N steps",
+                                             info="0 = at epoch ends and on stop")
+            with gr.Row():
+                ui["train_examples"] = gr.Number(value=60000, precision=0, label="Training examples",
+                                                 info="the first N of 60,000")
+                ui["test_examples"] = gr.Number(value=10000, precision=0, label="Test examples",
+                                                info="the first N of 10,000")
+    gr.Markdown("### The split: who gets which examples")
+    with gr.Row():
+        ui["source"] = gr.Radio([("Toy dataset of N ids (0 … N-1)", TOY),
+                                 ("Fashion-MNIST training examples (ids = row numbers)", FASHION)],
+                                value=TOY, label="Dataset to split", scale=2)
+        ui["toy_n"] = gr.Number(value=150, precision=0, label="N (toy dataset size)", scale=1)
+        ui["files"] = gr.Number(value=0, precision=0, label="Source files (0 = in memory)",
+                                info="FILE sharding needs files", scale=1)
+    show = gr.Button("Show split", variant="primary")
+    ui["split_plot"] = gr.Plot(label="Global batches × replicas")
+    ui["split_text"] = gr.Markdown()
+    note_inputs = [ui["batch"], ui["count"], ui["boxes"]]
+    for comp in note_inputs:
+        comp.change(bind(batch_note, settings), note_inputs, ui["batch_note"],
+                    show_progress="hidden", queue=False)
+    show.click(bind(show_split, settings, planner),
+               [ui["source"], ui["toy_n"], ui["train_examples"], ui["batch"], ui["count"],
+                ui["boxes"], ui["policy"], ui["api"], ui["drop"], ui["files"]],
+               [ui["split_plot"], ui["split_text"]], concurrency_limit=4)
+    return ui
+
+
+def _train_form(setup: dict) -> list:
+    keys = ["count", "boxes", "batch", "policy", "api", "model", "optimizer", "lr", "epochs",
+            "max_steps", "steps_per_loop", "ckpt_every", "seed", "train_examples", "test_examples", "drop"]
+    return [setup[k] for k in keys]
+
+
+def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
+    ui = {}
+    gr.Markdown("Training runs in its own process and keeps going if you close the page. "
+                "**Stop training** finishes the current step and saves a checkpoint; "
+                "**Resume** continues the selected run from its latest checkpoint (to train "
+                "it further, first raise *Epochs* or *Max steps* in **1 · Setup & split**).")
+    with gr.Row():
+        ui["name"] = gr.Textbox(label="New run name", placeholder="empty = run-DATE-TIME",
+                                info="letters, digits, _ . - only", scale=2)
+        start = gr.Button("Start training", variant="primary", scale=1)
+        stop = gr.Button("Stop training", variant="stop", scale=1)
+        resume = gr.Button("Resume", scale=1)
+    ui["message"] = gr.Markdown()
+    with gr.Row(equal_height=True):
+        ui["run"] = gr.Dropdown(choices=[], value=None, label="Run to follow", scale=4)
+        refresh = gr.Button("↻ Refresh runs", scale=1)
+    ui["status"] = gr.Markdown("No run selected yet.")
+    ui["loss_plot"] = gr.Plot(label="Training loss per step")
+    ui["epoch_plot"] = gr.Plot(label="Per-epoch loss and accuracy")
+    ui["logs"] = gr.Textbox(label="Latest log lines", lines=8, max_lines=14, elem_id="dc-logs",
+                            interactive=False)
+    with gr.Accordion("Download this run", open=False):
+        export = gr.Button("Export metrics CSV + config.json")
+        ui["files"] = gr.File(label="Files", file_count="multiple", interactive=False)
+        ui["export_msg"] = gr.Markdown()
+    sig = gr.State(None)  # per session: what the plots currently show
+    timer = gr.Timer(settings.poll_seconds)
+    view = [ui["status"], ui["loss_plot"], ui["epoch_plot"], ui["logs"]]
+    start.click(bind(start_run, settings, lock), [ui["name"], *_train_form(setup)],
+                [ui["message"], ui["run"]])
+    stop.click(bind(stop_run, settings), ui["run"], ui["message"])
+    resume.click(bind(resume_run, settings, lock), [ui["run"], setup["epochs"], setup["max_steps"]],
+                 [ui["message"], ui["run"]])
+    refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"])
+    ui["run"].change(bind(run_view, settings), ui["run"], view)
+    timer.tick(bind(poll_run, settings), [ui["run"], sig], [*view, sig],
+               show_progress="hidden", concurrency_limit=8)
+    labels = gr.State(None)  # per session: the run picker's current labels
+    timer.tick(bind(poll_run_list, settings), labels, [ui["run"], labels],
+               show_progress="hidden", concurrency_limit=8)
+    export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]])
+    return ui
+
+
+def _evaluate_tab(settings: AppSettings, bind) -> dict:
+    ui = {}
+    gr.Markdown("Restore a saved checkpoint, without a strategy or on a device set of your "
+                "choice, and evaluate it on the run's test set.")
+    with gr.Row(equal_height=True):
+        ui["run"] = gr.Dropdown(choices=[], value=None, label="Run", scale=3)
+        ui["checkpoint"] = gr.Dropdown(choices=[], value=None, label="Checkpoint", scale=2)
+        refresh = gr.Button("↻ Refresh", scale=1)
+    ui["mode"] = gr.Radio([("No strategy (plain model)", NO_STRATEGY),
+                           ("MirroredStrategy on these devices:", ON_DEVICES)],
+                          value=NO_STRATEGY, label="Restore with")
+    ui["count"], ui["boxes"] = device_inputs(settings, "Evaluation ", "dc-eval-devices")
+    go_button = gr.Button("Evaluate checkpoint", variant="primary")
+    ui["result"] = gr.Markdown()
+    with gr.Row():
+        ui["confusion"] = gr.Plot(label="Confusion matrix", scale=1)
+        ui["gallery"] = gr.Gallery(label="Test images: ✓ predicted correctly, ✗ predicted wrongly (true class)", columns=4,
+                                   height=620, object_fit="contain", scale=1)
+    ui["run"].change(bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
+    refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"]).then(
+        bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
+    go_button.click(bind(evaluate, settings),
+                    [ui["run"], ui["checkpoint"], ui["mode"], ui["count"], ui["boxes"]],
+                    [ui["result"], ui["confusion"], ui["gallery"]])
+    return ui
+
+
+def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
+    gr.Markdown(
+        "With a strategy, each replica sees only its share of the global batch. The loss of one "
+        "global batch must come out the same as on a single device: scale per-example losses by "
+        "the **global** batch size, then SUM over replicas. This runs one global batch both "
+        "ways, plus the two classic mistakes, using the devices and global batch from "
+        "**1 · Setup & split**.")
+    seed = gr.Number(value=0, precision=0, label="Seed (which batch and initial weights)")
+    button = gr.Button("Check loss scaling", variant="primary")
+    result = gr.Markdown()
+    button.click(bind(loss_check, settings), [setup["count"], setup["boxes"], setup["batch"], seed],
+                 result)
+
+
+def main() -> None:
+    demo = build_app()
+    # Warm the split planner up in the background so the first "Show split" is quick.
+    threading.Thread(target=_warm_up, args=(demo.planner,), daemon=True).start()
+    try:
+        demo.queue(default_concurrency_limit=2).launch(
+            server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+            server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+            css=CSS, show_error=False,
+        )
+    finally:
+        demo.planner.close()
+
+
+def _warm_up(planner: jobs.Planner) -> None:
+    try:
+        planner.start()
+    except DistcoreError:
+        pass  # the first "Show split" retries and shows the message
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""app.py handlers, called directly: inputs -> outputs, bad input -> a clear message."""
+import csv
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+import app
+from distcore import jobs, runs
+
+REPO = Path(__file__).resolve().parent.parent
+CPU_ONLY = {"tensorflow": "2.21.0", "gpus": [], "cpus": 1, "max_logical_cpus": 16}
+BAD_NAMES = ["../x", "/etc", "a/b", "..", "x/../../etc", ""]
+
+
+def form(count=2, batch=64, train_examples=2048, max_steps=20, epochs=1, **over):
+    """The Setup tab's training inputs, in _train_form order."""
+    values = dict(count=count, boxes=[], batch=batch, policy="auto", api="dataset", model="cnn",
+                  optimizer="adam", lr=0.001, epochs=epochs, max_steps=max_steps,
+                  steps_per_loop=5, ckpt_every=0, seed=0, train_examples=train_examples,
+                  test_examples=500, drop=False)
+    values.update(over)
+    return list(values.values())
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return app.make_settings(tmp_path / "runs", max_jobs=1, devices_info=CPU_ONLY)
+
+
+@pytest.fixture(scope="module")
+def planner():
+    p = jobs.Planner()
+    yield p
+    p.close()
+
+
+def is_error(md) -> bool:
+    return isinstance(md, str) and "dc-error" in md
+
+
+def test_app_never_imports_tensorflow(tmp_path):
+    code = ("import sys, app; app.build_app(runs_root=sys.argv[1], devices_info={'gpus': []}); "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, check=True, timeout=120)
+
+
+def test_build_app_gpu_and_cpu_layouts(tmp_path):
+    for info in (CPU_ONLY, {**CPU_ONLY, "gpus": ["gpu:0", "gpu:1"]}):
+        demo = app.build_app(runs_root=tmp_path, devices_info=info, planner=jobs.Planner())
+        assert isinstance(demo, gr.Blocks)
+        labels = {getattr(b, "value", None) for b in demo.blocks.values() if isinstance(b, gr.Button)}
+        assert {"Show split", "Start training", "Stop training", "Resume",
+                "Evaluate checkpoint"} <= labels
+
+
+def test_selected_devices(settings):
+    assert app.selected_devices(settings, 3, []) == ("cpu:0", "cpu:1", "cpu:2")
+    gpu = app.make_settings(settings.runs_root, devices_info={**CPU_ONLY, "gpus": ["gpu:0", "gpu:1"]})
+    assert app.selected_devices(gpu, None, ["gpu:1", "gpu:0"]) == ("gpu:1", "gpu:0")
+    with pytest.raises(app.DistcoreError, match="one kind"):
+        app.selected_devices(gpu, None, ["gpu:1", "cpu:0"])
+    for bad in ((gpu, None, []), (settings, None, []), (settings, 0, [])):
+        with pytest.raises(app.DistcoreError, match="empty"):
+            app.selected_devices(*bad)
+
+
+def test_batch_note(settings):
+    assert "Per-replica batch: **32**" in app.batch_note(settings, 64, 2, [])
+    assert "does not divide evenly by 3 replicas" in app.batch_note(settings, 64, 3, [])
+    assert is_error(app.batch_note(settings, 0, 2, []))
+    assert is_error(app.batch_note(settings, -8, 2, []))
+    assert is_error(app.batch_note(settings, 64, None, []))
+
+
+def split(settings, planner, n, g, r, **kw):
+    args = dict(source=app.TOY, toy_examples=n, train_examples=60000, global_batch=g,
+                cpu_count=r, gpu_boxes=[], policy="auto", api="dataset", drop_remainder=False,
+                files=0)
+    args.update(kw)
+    return app.show_split(settings, planner, *args.values())
+
+
+def test_show_split_seed_examples(settings, planner):
+    fig, text = split(settings, planner, 6, 4, 2)
+    assert [list(r) for r in fig.data[0].text] == [["0,1", "2,3"], ["4", "5"]]
+    assert "split 1/1" in text
+    fig, text = split(settings, planner, 4, 4, 5)
+    assert fig.data[0].text[0][4] == "empty" and "Replica 4 got nothing" in text
+    fig, text = split(settings, planner, 8, 4, 3)
+    assert [list(r) for r in fig.data[0].text] == [["0,1", "2,3", "empty"], ["4,5", "6,7", "empty"]]
+    started = time.monotonic()
+    fig, _ = split(settings, planner, 150, 64, 2, drop_remainder=True)
+    assert len(fig.data[0].z) == 2
+    assert time.monotonic() - started < 3, "the persistent planner answers small plans fast"
+
+
+@pytest.mark.parametrize("n,g,r,kw,message", [
+    (6, 0, 2, {}, "global batch size"),
+    (6, -4, 2, {}, "global batch size"),
+    (6, 4, None, {}, "device set is empty"),
+    (6, 8, 2, {}, "larger than the dataset"),
+    (6, 4, 3, {"api": "function"}, "divide evenly"),
+    (6, 4, 2, {"policy": "bogus"}, "shard policy"),
+])
+def test_show_split_bad_input(settings, planner, n, g, r, kw, message):
+    fig, text = split(settings, planner, n, g, r, **kw)
+    assert fig is None and is_error(text) and message in text
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"batch": 0}, "global batch size"),
+    ({"batch": -64}, "global batch size"),
+    ({"count": None}, "device set is empty"),
+    ({"batch": 4096}, "larger than the training set"),
+    ({"lr": None}, "learning rate"),
+])
+def test_start_run_bad_input_starts_nothing(settings, over, message):
+    text, dropdown = app.start_run(settings, threading.Lock(), "bad", *form(**over))
+    assert is_error(text) and message in text
+    assert not (settings.runs_root / "bad").exists()
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc", "a/b", "x/../../etc"])
+def test_start_run_refuses_malicious_names(settings, name):
+    text, _ = app.start_run(settings, threading.Lock(), name, *form())
+    assert is_error(text) and "not allowed" in text
+    assert not any(settings.runs_root.iterdir())
+
+
+@pytest.mark.parametrize("name", BAD_NAMES + ["no-such-run"])
+def test_run_handlers_refuse_bad_or_unknown_names(settings, name):
+    assert is_error(app.stop_run(settings, name))
+    assert is_error(app.resume_run(settings, threading.Lock(), name, 1, 0)[0])
+    assert is_error(app.run_view(settings, name)[0]) or not name
+    assert is_error(app.export_run(settings, name)[1])
+    assert is_error(app.evaluate(settings, name, "ckpt-1", app.NO_STRATEGY, 2, [])[0])
+    assert app.checkpoint_dropdown(settings, name)["choices"] == []
+
+
+def test_handlers_ask_for_a_run_when_none_is_picked(settings):
+    assert "choose a run first" in app.stop_run(settings, None)
+    assert "choose a run first" in app.evaluate(settings, None, None, app.NO_STRATEGY, 2, [])[0]
+    assert "No run selected yet" in app.run_view(settings, None)[0]
+
+
+def test_loss_check(settings):
+    text = app.loss_check(settings, 2, [], 64, 0)
+    assert "Global batch 64 on 2 replicas" in text
+    assert "Mistake 1: reduce_mean per replica, then SUM" in text
+    assert "| Distributed step" in text and "0.00e+00" in text
+    assert is_error(app.loss_check(settings, 2, [], 0, 0))
+    assert is_error(app.loss_check(settings, None, [], 64, 0))
+
+
+def wait_for(predicate, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def test_train_follow_stop_evaluate_resume_export(settings):
+    lock = threading.Lock()
+    text, dropdown = app.start_run(settings, lock, "r1", *form(train_examples=60000, max_steps=0))
+    assert "Started **r1**" in text and dropdown["value"] == "r1"
+    # The job limit (1 here) is told plainly; the first run is untouched.
+    text, _ = app.start_run(settings, lock, "r2", *form())
+    assert is_error(text) and "allows 1 at a time" in text
+    assert app.default_run(settings) == "r1"  # a fresh page follows the running job
+
+    # Polling redraws when the run directory changes, and skips otherwise.
+    assert wait_for(lambda: runs.last_logged_step(settings.runs_root / "r1") >= 10)
+    status, loss_fig, epoch_fig, logs, sig = app.poll_run(settings, "r1", None)
+    assert "**r1** · **running**" in status and len(loss_fig.data[0].x) >= 10
+    assert "start" in logs
+    assert "Setup: cnn · adam · learning rate 0.001 · global batch 64 on cpu:0, cpu:1" in status
+
+    assert "Stopping **r1**" in app.stop_run(settings, "r1")
+    assert jobs.wait_until_done(settings.runs_root / "r1", timeout=120)
+    status = app.run_view(settings, "r1")[0]
+    assert "**stopped**" in status and "ckpt-" in status
+    sig = app.poll_run(settings, "r1", sig)[-1]
+    assert app.poll_run(settings, "r1", sig) == (gr.skip(),) * 4 + (sig,)  # nothing changed
+    ckpt = app.checkpoint_dropdown(settings, "r1")["value"]
+    assert ckpt.startswith("ckpt-")
+
+    md, fig, gallery = app.evaluate(settings, "r1", ckpt, app.NO_STRATEGY, 2, [])
+    assert md.startswith("### Accuracy") and "no strategy" in md and "500 test images" in md
+    assert len(fig.data[0].z) == 10 and len(gallery) == 16
+    image, caption = gallery[0]
+    assert image.shape == (112, 112) and "Ankle boot" in caption  # test image 0 is a boot
+    assert all(c.startswith("✓ ") or "(true: " in c for _, c in gallery)
+    md, _, _ = app.evaluate(settings, "r1", ckpt, app.ON_DEVICES, 3, [])
+    assert "cpu:0, cpu:1, cpu:2" in md
+    assert is_error(app.evaluate(settings, "r1", "ckpt-999999", app.NO_STRATEGY, 2, [])[0])
+
+    step = runs.checkpoint_step(ckpt)
+    text, _ = app.resume_run(settings, lock, "r1", 1, step + 5)
+    assert f"Resuming **r1** from {ckpt}" in text
+    assert jobs.wait_until_done(settings.runs_root / "r1", timeout=180)
+    assert "**finished**" in app.run_view(settings, "r1")[0]
+
+    files, msg = app.export_run(settings, "r1")
+    csv_path, config_path = map(Path, files)
+    assert json.loads(config_path.read_text())["global_batch"] == 64
+    rows = list(csv.DictReader(csv_path.open()))
+    assert any(r["kind"] == "step" and r["step"] == str(step + 5) for r in rows)

@@ -1,0 +1,150 @@
+"""The app as a person uses it: `python app.py`, driven in Debian's Chromium by playwright.
+
+Choose two devices, show a split, start a short training, watch the loss plot
+gain points, stop it, evaluate the checkpoint and read its accuracy.
+Screenshots go to tmp_path and /tmp/distcore-screens/.
+"""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+REPO = Path(__file__).resolve().parent.parent
+SCREENS = Path("/tmp/distcore-screens")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "app.py exited early"
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer within {timeout} s")
+
+
+@pytest.fixture
+def server(tmp_path):
+    port = free_port()
+    env = {**os.environ, "DISTCORE_RUNS_DIR": str(tmp_path / "runs"), "GRADIO_SERVER_PORT": str(port),
+           "GRADIO_ANALYTICS_ENABLED": "False", "DISTCORE_MAX_JOBS": "1"}
+    env.pop("GRADIO_SERVER_NAME", None)  # the local default: 127.0.0.1
+    log = open(tmp_path / "app.log", "wb")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", proc)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def page(tmp_path):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        yield page
+        browser.close()
+
+
+def shot(page, tmp_path, name):
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    SCREENS.mkdir(exist_ok=True)
+    shutil.copy(path, SCREENS / path.name)
+
+
+def loss_points(page) -> int:
+    """Points in the plotly trace of the 'Training loss per step' figure."""
+    return page.evaluate("""() => {
+        for (const el of document.querySelectorAll('.js-plotly-plot')) {
+            const title = el.layout && el.layout.title && el.layout.title.text;
+            if (title === 'Training loss per step') return (el.data[0].x || []).length;
+        }
+        return -1;
+    }""")
+
+
+def test_split_train_stop_evaluate(server, page, tmp_path):
+    page.goto(server)
+    page.get_by_role("tab", name="1 · Setup & split").click()
+    devices = page.locator("#dc-devices-count")
+    devices.get_by_text("3", exact=True).click()
+    expect(page.get_by_text("does not divide evenly by 3 replicas")).to_be_visible()
+    devices.get_by_text("2", exact=True).click()  # two devices: cpu:0, cpu:1
+    expect(page.get_by_text("Per-replica batch: 32")).to_be_visible()
+    page.get_by_label("Training examples", exact=True).fill("60000")
+    page.get_by_label("Test examples", exact=True).fill("500")
+    page.get_by_label("Epochs", exact=True).fill("3")
+    page.get_by_label("Steps per loop", exact=True).fill("5")
+
+    page.get_by_role("button", name="Show split").click()
+    expect(page.get_by_text("150 examples → 3 global batches of 64 on 2 replicas")).to_be_visible(
+        timeout=120_000)
+    expect(page.get_by_text("step 3 (partial 22/64)")).to_be_visible()
+    shot(page, tmp_path, "1-split")
+
+    page.get_by_role("tab", name="2 · Train").click()
+    page.get_by_label("New run name").fill("browser-run")
+    page.get_by_role("button", name="Start training").click()
+    expect(page.get_by_text(re.compile("Started browser-run"))).to_be_visible(timeout=30_000)
+    deadline = time.monotonic() + 120
+    while loss_points(page) < 5 and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+    first = loss_points(page)
+    assert first >= 5, "the loss plot got no points"
+    deadline = time.monotonic() + 60
+    while loss_points(page) <= first and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+    assert loss_points(page) > first, "the loss plot stopped growing while training"
+    expect(page.get_by_text(re.compile(r"browser-run · running · step \d+ / 2814"))).to_be_visible()
+    shot(page, tmp_path, "2-training")
+
+    # A second browser (or a reload) finds the run still going, from the run directory.
+    other = page.context.browser.new_page(viewport={"width": 1280, "height": 1000})
+    other.goto(server)
+    other.get_by_role("tab", name="2 · Train").click()
+    expect(other.get_by_text(re.compile(r"browser-run · running · step \d+"))).to_be_visible(
+        timeout=30_000)
+    expect(other.get_by_role("combobox", name="Run to follow")).to_have_value("browser-run (running)")
+    other.close()
+
+    page.get_by_role("button", name="Stop training").click()
+    expect(page.get_by_text(re.compile(r"browser-run · stopped"))).to_be_visible(timeout=120_000)
+    shot(page, tmp_path, "3-stopped")
+
+    page.get_by_role("tab", name="3 · Evaluate").click()
+    page.get_by_role("button", name="↻ Refresh").click()
+    expect(page.get_by_role("combobox", name="Checkpoint", exact=True)).to_have_value(re.compile(r"ckpt-\d+"), timeout=30_000)
+    page.get_by_role("button", name="Evaluate checkpoint").click()
+    result = page.get_by_text(re.compile(r"Accuracy \d+\.\d+%"))
+    expect(result).to_be_visible(timeout=180_000)
+    accuracy = float(re.search(r"Accuracy (\d+\.\d+)%", result.inner_text()).group(1))
+    assert 10 < accuracy <= 100, "a model trained for a few hundred steps beats chance"
+    expect(page.get_by_text(re.compile("^[✓✗] ")).first).to_be_visible()
+    shot(page, tmp_path, "4-evaluate")

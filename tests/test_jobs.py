@@ -1,0 +1,151 @@
+"""distcore.jobs: background training processes, CLI calls and the split planner.
+
+Real TensorFlow in subprocesses, on short trainings over real Fashion-MNIST.
+"""
+import os
+import time
+
+import pytest
+
+from distcore import jobs, runs
+from distcore.config import DistcoreError
+
+SHORT = ["--replicas", "2", "--global-batch", "64", "--train-examples", "2048",
+         "--test-examples", "1000", "--max-steps", "20", "--steps-per-loop", "5"]
+# Long enough to be stopped part-way: 938 steps at ~1000 examples/s.
+LONG = ["--replicas", "2", "--global-batch", "64", "--train-examples", "60000",
+        "--test-examples", "500", "--steps-per-loop", "5"]
+
+
+def wait_for(predicate, timeout=120, poll=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll)
+    return False
+
+
+def no_zombie_children():
+    me = str(os.getpid())
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[1] == me and fields[0] == "Z":
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def planner():
+    p = jobs.Planner()
+    yield p
+    p.close()
+
+
+def test_options_to_args():
+    assert jobs.options_to_args({"global_batch": 64, "drop_remainder": True, "max_steps": None,
+                                 "devices": ["cpu:0", "cpu:1"], "resume": False}) == [
+        "--global-batch", "64", "--drop-remainder", "--devices", "cpu:0,cpu:1"]
+    assert jobs.options_to_args(["--epochs", 2]) == ["--epochs", "2"]
+
+
+def test_run_cli_json_returns_json_and_raises_the_cli_message():
+    assert jobs.run_cli_json(["devices"], timeout=120)["max_logical_cpus"] >= 2
+    with pytest.raises(DistcoreError, match="larger than the dataset"):
+        jobs.run_cli_json(["split", "--examples", "4", "--global-batch", "8", "--replicas", "2"])
+
+
+def test_planner_reproduces_the_seed_examples(planner):
+    def ids(n, g, r):
+        return planner.plan({"examples": n, "global_batch": g, "replicas": r})["steps"]
+
+    assert ids(6, 4, 2) == [[[0, 1], [2, 3]], [[4], [5]]]
+    assert ids(4, 4, 5) == [[[0], [1], [2], [3], []]]
+    assert ids(8, 4, 3) == [[[0, 1], [2, 3], []], [[4, 5], [6, 7], []]]
+    assert planner.max_replicas == 16
+
+
+def test_planner_reports_errors_and_restarts_after_dying(planner):
+    with pytest.raises(DistcoreError, match="larger than the dataset"):
+        planner.plan({"examples": 4, "global_batch": 8, "replicas": 2})
+    planner._proc.kill()  # a crash: the next request starts a new planner
+    planner._proc.wait()
+    started = time.monotonic()
+    assert planner.plan({"examples": 6, "global_batch": 4, "replicas": 2})["replicas"] == 2
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc", "a/b", "..", "", "bad name"])
+def test_start_training_refuses_bad_run_names(tmp_path, name):
+    with pytest.raises(DistcoreError):
+        jobs.start_training(tmp_path, name, SHORT)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_short_training_finishes_and_is_reaped(tmp_path):
+    pid = jobs.start_training(tmp_path, "short", SHORT)
+    run_dir = tmp_path / "short"
+    assert jobs.count_running(tmp_path) == 1  # counted at once, before status.json exists
+    assert jobs.is_train_process(pid, run_dir)
+    assert jobs.wait_until_done(run_dir, timeout=180)
+    p = jobs.job_progress(run_dir)
+    assert (p.state, p.active, p.step) == ("finished", False, 20)
+    assert p.checkpoints and p.checkpoints[-1] == "ckpt-20"
+    assert any("finished" in line for line in p.log_lines)
+    assert jobs.count_running(tmp_path) == 0
+    assert wait_for(no_zombie_children, timeout=5)
+    assert not jobs.stop_training(run_dir)  # nothing to stop any more
+    with pytest.raises(DistcoreError, match="already exists"):
+        jobs.start_training(tmp_path, "short", SHORT)
+
+
+def test_stop_checkpoints_and_resume_continues(tmp_path):
+    run_dir = tmp_path / "long"
+    jobs.start_training(tmp_path, "long", LONG)
+    assert wait_for(lambda: runs.last_logged_step(run_dir) >= 10, timeout=120)
+    assert jobs.stop_training(run_dir)
+    assert jobs.wait_until_done(run_dir, timeout=120)
+    stopped = jobs.job_progress(run_dir)
+    assert stopped.state == "stopped"
+    assert stopped.checkpoints, "a stop saves a checkpoint"
+    stop_step = runs.checkpoint_step(stopped.checkpoints[-1])
+    assert 10 <= stop_step < 938
+
+    jobs.start_training(tmp_path, "long", ["--max-steps", str(stop_step + 10)], resume=True)
+    assert jobs.wait_until_done(run_dir, timeout=180)
+    resumed = jobs.job_progress(run_dir)
+    assert resumed.state == "finished"
+    assert resumed.step == stop_step + 10
+    events = [m["event"] for m in runs.read_metrics(run_dir) if "event" in m]
+    assert "stopped" in events and "resume" in events
+
+
+def test_stop_refuses_a_pid_that_is_not_the_runs_trainer(tmp_path):
+    run_dir = tmp_path / "fake"
+    run_dir.mkdir()
+    # status.json names a live process that is not a distcore trainer: never signal it.
+    runs.write_json_atomic(run_dir / "status.json", {"state": "running", "pid": os.getpid()})
+    assert not jobs.is_active(run_dir)
+    assert not jobs.stop_training(run_dir)
+    assert jobs.job_progress(run_dir).state == "died"
+
+
+def test_resume_needs_a_checkpoint(tmp_path):
+    with pytest.raises(DistcoreError, match="no checkpoint"):
+        jobs.start_training(tmp_path, "nothing", [], resume=True)
+
+
+def test_stop_right_after_start_still_stops_cleanly(tmp_path):
+    # Before the trainer has installed its SIGTERM handler a signal would kill it
+    # outright; stop_training waits for the handler (status.json) first.
+    run_dir = tmp_path / "early"
+    jobs.start_training(tmp_path, "early", LONG)
+    assert jobs.stop_training(run_dir)
+    assert jobs.wait_until_done(run_dir, timeout=120)
+    assert jobs.job_progress(run_dir).state == "stopped"

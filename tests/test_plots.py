@@ -1,0 +1,132 @@
+"""distcore.plots: pure functions of plain data (no TensorFlow, no Gradio)."""
+import csv
+
+from hypothesis import given, settings, strategies as st
+
+from distcore import plots
+
+
+def plan(steps, global_batch, notes=()):
+    return {"steps": steps, "replicas": len(steps[0]), "global_batch": global_batch,
+            "per_replica_batch": global_batch // len(steps[0]),
+            "devices": [f"cpu:{i}" for i in range(len(steps[0]))], "notes": list(notes)}
+
+
+# The seed's examples, reproducible by hand.
+N6_G4_R2 = plan([[[0, 1], [2, 3]], [[4], [5]]], 4)
+N4_G4_R5 = plan([[[0], [1], [2], [3], []]], 4)
+N8_G4_R3 = plan([[[0, 1], [2, 3], []], [[4, 5], [6, 7], []]], 4)
+
+
+def heatmap(fig):
+    return fig.data[0]
+
+
+def test_format_ids_makes_ranges():
+    assert plots.format_ids([]) == "empty"
+    assert plots.format_ids([4]) == "4"
+    assert plots.format_ids([0, 1]) == "0,1"
+    assert plots.format_ids(list(range(32))) == "0–31"
+    assert plots.format_ids([0, 1, 2, 7, 9, 10, 11]) == "0–2,7,9–11"
+    assert plots.format_ids(list(range(0, 400, 2))).endswith(",…")
+
+
+def test_split_figure_full_then_partial_batch():
+    trace = heatmap(plots.split_figure(N6_G4_R2))
+    assert [list(r) for r in trace.z] == [[plots.FULL, plots.FULL], [plots.PARTIAL, plots.PARTIAL]]
+    assert [list(r) for r in trace.text] == [["0,1", "2,3"], ["4", "5"]]
+    assert list(trace.y) == ["step 1", "step 2 (partial 2/4)"]
+    assert "cpu:1" in trace.x[1]
+
+
+def test_split_figure_marks_empty_replica():
+    trace = heatmap(plots.split_figure(N4_G4_R5))
+    assert list(trace.z[0]) == [plots.FULL] * 4 + [plots.EMPTY]
+    assert trace.text[0][4] == "empty"
+    trace = heatmap(plots.split_figure(N8_G4_R3))
+    assert [list(r) for r in trace.z] == [[plots.FULL, plots.FULL, plots.EMPTY]] * 2
+
+
+def test_split_figure_shows_first_and_last_steps_of_long_plans():
+    steps = [[[2 * s], [2 * s + 1]] for s in range(100)]
+    fig = plots.split_figure(plan(steps, 2), max_rows=6)
+    assert list(heatmap(fig).y) == ["step 1", "step 2", "step 3", "step 98", "step 99", "step 100"]
+    assert "showing the first 3 and last 3" in fig.layout.title.text
+
+
+def test_split_summary_says_what_happened():
+    text = plots.split_summary(N6_G4_R2)
+    assert "6 examples → 2 global batches of 4 on 2 replicas" in text
+    assert "Step 2 is partial (2 of 4 examples), split 1/1." in text
+    text = plots.split_summary(N8_G4_R3)
+    assert "Replica 2 got nothing in step 1." in text
+    text = plots.split_summary(plan([[[0, 1], [2, 3]]], 4, notes=["a note from distcore"]))
+    assert "Every global batch is full" in text and "- a note from distcore" in text
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.lists(st.integers(0, 999), max_size=9), min_size=1, max_size=6),
+                min_size=1, max_size=30), st.integers(1, 64))
+def test_split_figure_one_cell_per_step_and_replica(rows, global_batch):
+    width = max(len(r) for r in rows)
+    steps = [r + [[]] * (width - len(r)) for r in rows]
+    fig = plots.split_figure(plan(steps, global_batch), max_rows=12)
+    trace = heatmap(fig)
+    assert len(trace.z) == min(len(steps), 12)
+    assert all(len(row) == width for row in trace.z)
+    for row_text, row_z in zip(trace.text, trace.z):
+        for text, kind in zip(row_text, row_z):
+            assert (text == "empty") == (kind == plots.EMPTY)
+    assert isinstance(plots.split_summary(plan(steps, global_batch)), str)
+
+
+METRICS = [
+    {"event": "start", "step": 0, "message": "training", "time": 1.0},
+    {"step": 1, "epoch": 1, "loss": 2.3, "examples": 64, "examples_per_sec": 500.0, "time": 2.0},
+    {"step": 2, "epoch": 1, "loss": 2.1, "examples": 64, "examples_per_sec": 510.0, "time": 3.0},
+    {"event": "checkpoint", "step": 2, "checkpoint": "ckpt-2", "test_loss": 2.0,
+     "test_accuracy": 0.3, "time": 4.0},
+    {"event": "resume", "step": 2, "message": "resumed", "time": 5.0},
+    {"step": 2, "epoch": 1, "loss": 2.05, "examples": 64, "examples_per_sec": 520.0, "time": 6.0},
+    {"step": 3, "epoch": 1, "loss": 1.9, "examples": 64, "examples_per_sec": 520.0, "time": 7.0},
+    {"epoch": 1, "step": 3, "train_loss": 2.0, "train_accuracy": 0.4, "test_loss": 1.8,
+     "test_accuracy": 0.5, "time": 8.0},
+    {"epoch": 2, "step": 6, "train_loss": 1.5, "train_accuracy": 0.6, "test_loss": 1.4,
+     "test_accuracy": 0.62, "time": 9.0, "lr": 0.001},
+]
+
+
+def test_loss_figure_one_point_per_step_latest_wins():
+    trace = plots.loss_figure(METRICS).data[0]
+    assert list(trace.x) == [1, 2, 3]
+    assert list(trace.y) == [2.3, 2.05, 1.9]
+
+
+def test_epoch_figure_train_and_test_curves():
+    fig = plots.epoch_figure(METRICS)
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name["test accuracy"].x) == [1, 2]
+    assert list(by_name["test accuracy"].y) == [0.5, 0.62]
+    assert list(by_name["train loss"].y) == [2.0, 1.5]
+
+
+def test_empty_figures_say_so():
+    assert "no steps yet" in plots.loss_figure([]).layout.annotations[0].text
+    assert "no finished epoch" in plots.epoch_figure([]).layout.annotations[-1].text
+
+
+def test_confusion_figure():
+    names = [f"class {i}" for i in range(10)]
+    confusion = [[10 if i == j else i for j in range(10)] for i in range(10)]
+    trace = plots.confusion_figure(confusion, names).data[0]
+    assert [list(r) for r in trace.z] == confusion
+    assert list(trace.x) == names and list(trace.y) == names
+
+
+def test_metrics_csv(tmp_path):
+    path = plots.metrics_csv(METRICS, tmp_path / "m.csv")
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == len(METRICS)
+    assert [r["kind"] for r in rows[:4]] == ["event", "step", "step", "checkpoint"]
+    assert rows[1]["loss"] == "2.3" and rows[-1]["test_accuracy"] == "0.62"
+    assert rows[-1]["lr"] == "0.001"  # unknown keys are kept, after the known ones
