@@ -152,11 +152,13 @@ def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes) -> str
 # ---------------------------------------------------------------- split
 
 def show_split(settings: AppSettings, planner, source, toy_examples, train_examples,
-               global_batch, cpu_count, gpu_boxes, policy, api, drop_remainder, files):
+               global_batch, cpu_count, gpu_boxes, policy, api, drop_remainder, files, workers=1):
     """Ask the planner how TF splits the dataset; return (figure or None, summary markdown)."""
     try:
-        names = selected_devices(settings, cpu_count, gpu_boxes)
         examples = toy_examples if source == TOY else train_examples
+        if check_int("worker processes", workers or 1, high=8) > 1:
+            return split_on_workers(int(workers), examples, global_batch, policy, api, drop_remainder, files)
+        names = selected_devices(settings, cpu_count, gpu_boxes)
         cfg = SplitConfig(examples=examples, global_batch=global_batch, devices=names,
                           policy=policy, api=api, drop_remainder=bool(drop_remainder),
                           files=files or 0)
@@ -171,6 +173,17 @@ def show_split(settings: AppSettings, planner, source, toy_examples, train_examp
     return plots.split_figure(plan), plots.split_summary(plan)
 
 
+def split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files):
+    """The plan as W real worker processes see it (a few seconds: each starts TensorFlow)."""
+    SplitConfig(examples=examples, global_batch=global_batch, devices=("cpu:0",), policy=policy,
+                api=api, drop_remainder=bool(drop_remainder), files=files or 0, workers=workers)
+    args = ["split", "--workers", str(workers), "--examples", str(int(examples)), "--global-batch",
+            str(int(global_batch)), "--policy", policy, "--api", api, "--files", str(int(files or 0))]
+    result = jobs.run_cli_json(args + (["--drop-remainder"] if drop_remainder else []), timeout=300)
+    plan = plots.combine_worker_plans(result)
+    return plots.split_figure(plan), plots.split_summary(plan)
+
+
 # ---------------------------------------------------------------- training
 
 def new_run_name() -> str:
@@ -179,10 +192,13 @@ def new_run_name() -> str:
 
 def train_config(settings, cpu_count, gpu_boxes, global_batch, policy, api, model, optimizer,
                  learning_rate, epochs, max_steps, steps_per_loop, checkpoint_every, seed,
-                 train_examples, test_examples, drop_remainder=False) -> TrainConfig:
+                 train_examples, test_examples, drop_remainder=False, workers=1) -> TrainConfig:
     """Validate the form with distcore's own rules (no TensorFlow needed)."""
+    workers = check_int("worker processes", workers or 1, high=8)
+    # Under MultiWorkerMirroredStrategy a CPU-only worker has exactly one replica.
+    names = ("cpu:0",) if workers > 1 else selected_devices(settings, cpu_count, gpu_boxes)
     return TrainConfig(
-        devices=selected_devices(settings, cpu_count, gpu_boxes), model=model,
+        devices=names, workers=workers, model=model,
         optimizer=optimizer, learning_rate=learning_rate, global_batch=global_batch,
         epochs=epochs, max_steps=max_steps or 0, seed=seed if seed is not None else 0,
         steps_per_loop=steps_per_loop, checkpoint_every=checkpoint_every or 0, policy=policy,
@@ -192,7 +208,8 @@ def train_config(settings, cpu_count, gpu_boxes, global_batch, policy, api, mode
 
 
 def train_args(cfg: TrainConfig) -> list[str]:
-    return device_args(cfg.devices) + jobs.options_to_args({
+    devices = device_args(cfg.devices) if cfg.workers == 1 else []
+    return devices + jobs.options_to_args({
         "global_batch": cfg.global_batch, "epochs": cfg.epochs, "max_steps": cfg.max_steps,
         "seed": cfg.seed, "steps_per_loop": cfg.steps_per_loop,
         "checkpoint_every": cfg.checkpoint_every, "model": cfg.model,
@@ -217,10 +234,11 @@ def start_run(settings: AppSettings, lock, run_name, *form):
         cfg = train_config(settings, *form)
         with lock:  # the limit check and the launch must not interleave between sessions
             check_job_limit(settings)
-            pid = jobs.start_training(settings.runs_root, name, train_args(cfg))
+            pid = jobs.start_training(settings.runs_root, name, train_args(cfg), workers=cfg.workers)
     except DistcoreError as e:
         return error_md(e), gr.skip()
-    msg = (f"Started **{name}** (process {pid}) on {', '.join(cfg.devices)}; "
+    where = f"{cfg.workers} worker processes" if cfg.workers > 1 else ", ".join(cfg.devices)
+    msg = (f"Started **{name}** (process {pid}) on {where}; "
            f"{cfg.total_steps()} steps. It runs in the background: you can close this page.")
     return msg, run_dropdown(settings, name)
 
@@ -257,8 +275,8 @@ def resume_run(settings: AppSettings, lock, name, epochs, max_steps):
             extend["max_steps"] = int(max_steps)
         with lock:
             check_job_limit(settings)
-            pid = jobs.start_training(settings.runs_root, run_dir.name,
-                                      jobs.options_to_args(extend), resume=True)
+            pid = jobs.start_training(settings.runs_root, run_dir.name, jobs.options_to_args(extend),
+                                      resume=True, workers=int(saved.get("workers") or 1))
     except (DistcoreError, ValueError) as e:
         return error_md(e), gr.skip()
     latest = runs.list_checkpoints(run_dir)[-1]
@@ -540,6 +558,10 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
             ui["policy"] = gr.Radio(list(POLICY_CHOICES), value="auto", label="Shard policy (auto_shard_policy)")
             ui["api"] = gr.Radio(list(API_CHOICES), value="dataset", label="Input API")
             ui["drop"] = gr.Checkbox(value=False, label="drop_remainder (drop the last partial global batch)")
+            ui["workers"] = gr.Number(
+                value=1, precision=0, label="Worker processes",
+                info="1: MirroredStrategy in one process. 2+: MultiWorkerMirroredStrategy over that many "
+                     "processes (TF_CONFIG on loopback), one CPU replica each; splits then take a few seconds")
         with gr.Column():
             gr.Markdown("### Model and training")
             with gr.Row():
@@ -578,14 +600,15 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
                     show_progress="hidden", queue=False)
     show.click(bind(show_split, settings, planner),
                [ui["source"], ui["toy_n"], ui["train_examples"], ui["batch"], ui["count"],
-                ui["boxes"], ui["policy"], ui["api"], ui["drop"], ui["files"]],
+                ui["boxes"], ui["policy"], ui["api"], ui["drop"], ui["files"], ui["workers"]],
                [ui["split_plot"], ui["split_text"]], concurrency_limit=4)
     return ui
 
 
 def _train_form(setup: dict) -> list:
     keys = ["count", "boxes", "batch", "policy", "api", "model", "optimizer", "lr", "epochs",
-            "max_steps", "steps_per_loop", "ckpt_every", "seed", "train_examples", "test_examples", "drop"]
+            "max_steps", "steps_per_loop", "ckpt_every", "seed", "train_examples", "test_examples", "drop",
+            "workers"]
     return [setup[k] for k in keys]
 
 

@@ -125,6 +125,11 @@ class Controller:
                       "replicas": self.config.replicas,
                       "physical_devices": [d.name for d in tf.config.list_physical_devices()]}
             runs.write_json_atomic(config_path, record)
+            # Before the slow set-up: from here a stop request is honoured (the caller
+            # installed the signal handler first), so say the process is there.
+            runs.write_json_atomic(self.run_dir / "status.json", {
+                "state": "starting", "pid": _pid(), "step": 0, "total_steps": self.config.total_steps(),
+                "time": time.time()})
         except OSError as err:
             raise DistcoreError(f"cannot write to the run directory {self.run_dir}: {err.strerror}.") from None
 

@@ -102,7 +102,8 @@ def is_train_process(pid, run_dir: Path) -> bool:
     if not pid_alive(pid):
         return False
     cmd = pid_cmdline(pid)
-    return "distcore" in cmd and "train" in cmd and str(Path(run_dir).resolve()) in cmd
+    return ("distcore" in cmd and ("train" in cmd or "cluster" in cmd)
+            and str(Path(run_dir).resolve()) in cmd)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -154,8 +155,12 @@ def _reap(proc: subprocess.Popen) -> None:
 
 
 def start_training(runs_root, name: str, options: dict | list | None = None,
-                   resume: bool = False) -> int:
-    """Launch `distcore train` for run NAME in the background; return its pid at once."""
+                   resume: bool = False, workers: int = 1) -> int:
+    """Launch `distcore train` for run NAME in the background; return its pid at once.
+
+    With `workers` > 1 it launches `distcore cluster --workers W` instead: W worker
+    processes of one MultiWorkerMirroredStrategy, the chief writing the run directory.
+    """
     run_dir = runs.safe_run_dir(runs_root, name)
     if is_active(run_dir):
         raise DistcoreError(f"run {name!r} is already training")
@@ -163,7 +168,8 @@ def start_training(runs_root, name: str, options: dict | list | None = None,
         raise DistcoreError(f"run {name!r} has no checkpoint to resume from")
     if not resume and (run_dir / "config.json").exists():
         raise DistcoreError(f"run {name!r} already exists; pick another name or resume it")
-    args = ["train", "--run-dir", str(run_dir.resolve()), *options_to_args(options)]
+    command = ["cluster", "--workers", str(int(workers))] if workers > 1 else ["train"]
+    args = [*command, "--run-dir", str(run_dir.resolve()), *options_to_args(options)]
     if resume:
         args.append("--resume")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -213,7 +219,11 @@ def stop_training(run_dir, startup_timeout: float = 90) -> bool:
         if pid is None:
             return False
         status = runs.read_status(run_dir) or {}
-        if status.get("pid") == pid or time.monotonic() > deadline:
+        job = _read_json(run_dir / JOB_FILE) or {}
+        # Ready once the trainer (for a cluster: its chief, after the launcher) wrote a
+        # status of its own; the launcher forwards the signal to every worker.
+        fresh = status.get("time", 0) >= job.get("started", float("inf")) and status.get("state") in ACTIVE_STATES
+        if status.get("pid") == pid or fresh or time.monotonic() > deadline:
             os.kill(pid, signal.SIGTERM)
             return True
         time.sleep(0.2)

@@ -104,6 +104,20 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     return fig
 
 
+def combine_worker_plans(result: dict) -> dict:
+    """One plan from `split --workers W`: columns are every worker's replicas, rows the
+    global steps all workers take together."""
+    plans = result["workers"]
+    rows = max(len(p["steps"]) for p in plans)
+    steps = [[ids for p in plans for ids in (p["steps"][k] if k < len(p["steps"])
+                                             else [[] for _ in p["devices"]])]
+             for k in range(rows)]
+    devices = [f"worker {w} · {d}" for w, p in enumerate(plans) for d in p["devices"]]
+    notes = list(result.get("notes") or []) + list(plans[0].get("notes") or [])[-1:]
+    return {**plans[0], "steps": steps, "devices": devices, "replicas": len(devices), "notes": notes,
+            "tf_messages": [m for p in plans for m in p.get("tf_messages") or []]}
+
+
 def split_facts(plan: dict) -> list[str]:
     """Plain sentences about partial batches and empty replicas in a plan."""
     steps = plan.get("steps") or []

@@ -23,7 +23,7 @@ def form(count=2, batch=64, train_examples=2048, max_steps=20, epochs=1, **over)
     values = dict(count=count, boxes=[], batch=batch, policy="auto", api="dataset", model="cnn",
                   optimizer="adam", lr=0.001, epochs=epochs, max_steps=max_steps,
                   steps_per_loop=5, ckpt_every=0, seed=0, train_examples=train_examples,
-                  test_examples=500, drop=False)
+                  test_examples=500, drop=False, workers=1)
     values.update(over)
     return list(values.values())
 
@@ -81,7 +81,7 @@ def test_batch_note(settings):
 def split(settings, planner, n, g, r, **kw):
     args = dict(source=app.TOY, toy_examples=n, train_examples=60000, global_batch=g,
                 cpu_count=r, gpu_boxes=[], policy="auto", api="dataset", drop_remainder=False,
-                files=0)
+                files=0, workers=1)
     args.update(kw)
     return app.show_split(settings, planner, *args.values())
 
@@ -213,3 +213,18 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     assert json.loads(config_path.read_text())["global_batch"] == 64
     rows = list(csv.DictReader(csv_path.open()))
     assert any(r["kind"] == "step" and r["step"] == str(step + 5) for r in rows)
+
+
+def test_two_worker_processes_split_and_train(settings):
+    """The app's workers option: real MultiWorkerMirroredStrategy processes, the same views."""
+    fig, text = split(settings, None, 12, 4, 1, policy="data", files=2, workers=2)
+    assert list(fig.data[0].text[0]) == ["0,1", "2,3"]  # step 1: worker 0 gets 0,1; worker 1 gets 2,3
+    assert "worker 1 · cpu:0" in str(fig.data[0].x) and "DATA sharding" in text
+    lock = threading.Lock()
+    text, _ = app.start_run(settings, lock, "pair", *form(max_steps=12, workers=2))
+    assert "Started **pair**" in text and "2 worker processes" in text
+    assert jobs.wait_until_done(settings.runs_root / "pair", timeout=240)
+    status = app.run_view(settings, "pair")[0]
+    assert "**finished**" in status
+    assert runs.read_config(settings.runs_root / "pair")["workers"] == 2
+    assert runs.last_logged_step(settings.runs_root / "pair") == 12
