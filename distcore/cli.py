@@ -99,13 +99,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", default="0")
     p.add_argument("--data-dir")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("bench", help="throughput vs the tutorial loop and Keras fit, memory, latency")
+    from .bench import add_arguments as add_bench_arguments  # no TensorFlow at import
+
+    add_bench_arguments(p)
     return parser
 
 
 def device_names(args, default_replicas=2):
     from . import devices
 
-    if getattr(args, "devices", None):
+    if getattr(args, "devices", None) is not None:  # even "" (an empty set is an error, not a default)
         return devices.resolve(devices=args.devices)
     return devices.resolve(replicas=args.replicas if args.replicas is not None else default_replicas)
 
@@ -242,7 +247,7 @@ def train_config(args) -> TrainConfig:
     if getattr(args, "multi_worker", False):
         given["workers"] = cluster.current_task().workers
         given["devices"] = devices.worker_devices()
-    elif args.replicas is not None or args.devices:
+    elif args.replicas is not None or args.devices is not None:
         given["devices"] = device_names(args)
     if args.resume:
         return controller.resume_config(args.run_dir, given)
@@ -357,9 +362,15 @@ def cmd_loss_check(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from . import bench  # its workers import TensorFlow, each in a process of its own
+
+    return bench.main(args)
+
+
 COMMANDS = {"devices": cmd_devices, "split": cmd_split, "planner": cmd_planner, "train": cmd_train,
             "cluster": cmd_cluster,
-            "evaluate": cmd_evaluate, "loss-check": cmd_loss_check}
+            "evaluate": cmd_evaluate, "loss-check": cmd_loss_check, "bench": cmd_bench}
 
 
 def main(argv=None) -> int:

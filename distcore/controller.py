@@ -110,6 +110,7 @@ class Controller:
         self.writer = tf.summary.create_file_writer(str(self.write_dir / "logs"))
         self.test_data = test_dataset(self.strategy, config, self.data)
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
+        self.first_chunk_done = False
 
     def prepare_dir(self, resume: bool) -> None:
         config_path = self.run_dir / "config.json"
@@ -214,7 +215,7 @@ class Controller:
         iterator = iter(dist)
         limit = self.config.max_steps or float("inf")
         while step < limit and not self.stopping():
-            chunk = int(min(self.config.steps_per_loop, limit - step, self.steps_to_checkpoint(step)))
+            chunk = int(min(self.steps_to_boundary(step), limit - step, self.steps_to_checkpoint(step)))
             started = time.perf_counter()
             losses, counts = self.runner.train_steps(iterator, tf.constant(chunk, tf.int32))
             losses, counts = losses.numpy(), counts.numpy()  # the one host sync per chunk
@@ -231,6 +232,14 @@ class Controller:
                 self.save_checkpoint(step)
         if int(self.runner.epoch_steps.numpy()) == self.config.steps_per_epoch():
             self.end_epoch(epoch + 1, step)  # the step limit fell exactly on the epoch's end
+
+    def steps_to_boundary(self, step: int) -> int:
+        """Chunks end on multiples of steps_per_loop; a process's very first chunk is one
+        step, so the first step's record (and its loss) appears as soon as tracing is done."""
+        if not self.first_chunk_done:
+            self.first_chunk_done = True
+            return 1
+        return self.config.steps_per_loop - step % self.config.steps_per_loop
 
     def steps_to_checkpoint(self, step: int) -> int:
         every = self.config.checkpoint_every

@@ -44,16 +44,28 @@ def create_optimizer(name: str = "adam", learning_rate: float = 0.001):
 
 
 def flops_per_example(model) -> int:
-    """Forward multiply-adds x 2 for Conv2D and Dense layers, x 3 for forward + backward."""
+    """FLOPs of one training example: forward, plus backward (for Conv2D and Dense).
+
+    Forward: 2 x multiply-adds. Backward: the weight gradient costs as much again,
+    and so does the gradient for the layer's input, except for the first layer,
+    whose input (the image) needs no gradient. Pooling, activations, the loss and
+    the optimizer update are comparatively tiny and not counted. The tutorial CNN:
+    5.06 MFLOP forward, 14.78 MFLOP in all.
+    """
     import keras
 
     flops = 0
+    first = True
     for layer in model.layers:
         if isinstance(layer, keras.layers.Conv2D):
             _, h, w, c_out = layer.output.shape
             kh, kw, c_in, _ = layer.kernel.shape
-            flops += 2 * h * w * c_out * kh * kw * c_in
+            forward = 2 * h * w * c_out * kh * kw * c_in
         elif isinstance(layer, keras.layers.Dense):
             n_in, n_out = layer.kernel.shape
-            flops += 2 * n_in * n_out
-    return 3 * flops
+            forward = 2 * n_in * n_out
+        else:
+            continue
+        flops += forward * (2 if first else 3)
+        first = False
+    return flops

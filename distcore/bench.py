@@ -1,0 +1,699 @@
+"""`python -m distcore bench`: distcore's loop against the tutorial's loop and Keras fit.
+
+Same machine, same model (the tutorial CNN), same real Fashion-MNIST, same
+per-replica batch (64), same device sets and the same strategy constructor
+(`devices.make_strategy`) for every contender. Each replica count runs in a
+process of its own (a process configures its logical devices once); inside it
+the contenders take turns, in a rotated order, `repeats` times, so machine noise
+hits all of them alike; the report gives medians and pair-by-pair ratios.
+
+Contenders, measured in examples per second over `steps` global steps after
+`warmup` untimed steps on a fresh iterator (tracing happens in an untimed round
+before the first measurement):
+
+- distcore: `loop.StepRunner.train_steps` fed by `inputs.distribute` exactly as
+  `controller.Controller.run_epoch` does (same config defaults, K steps a call);
+- tutorial: the custom-training tutorial's loop as written (float32 arrays,
+  from_tensor_slices, shuffle, batch, experimental_distribute_dataset, one
+  `tf.function` call per step), changed only where current TensorFlow requires:
+  `strategy.run`, Keras 3 `reduction="none"`, `optimizer.build` inside the scope;
+- keras_fit: `Model.fit` under the same strategy (compiled inside the scope,
+  Adam, SparseCategoricalCrossentropy(from_logits=True), accuracy metric), fed
+  distcore's own input pipeline, so the comparison is about the loop alone.
+
+Also measured: step_only (distcore's replica step on a batch already on the
+devices: no input pipeline, K steps a call, the loop's own limit); the ceiling
+(measured float32 matmul FLOP/s / the model's FLOPs per example); peak memory
+and time to the first step record of a real `python -m distcore train`
+process; and the split visualiser's time for a 64-step, 8-replica plan.
+
+The orchestrating process never imports TensorFlow; workers are
+`python -m distcore.bench --worker KIND ...` and print one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PER_REPLICA_BATCH = 64
+CONTENDERS = ("distcore", "tutorial", "keras_fit")
+DEFAULT_REPLICAS = (1, 2, 4)
+DEFAULT_STEPS = 60
+DEFAULT_REPEATS = 3
+DEFAULT_WARMUP = 10
+TARGETS = {
+    "ceiling_share": {1: 0.85, "default": 0.80},
+    "vs_tutorial": 1.1,
+    "vs_keras_fit": 1.3,
+    "peak_memory_gib": 1.5,
+    "first_step_seconds": 8.0,
+    "split_plan_seconds": 1.0,
+}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------------------
+# Orchestration (no TensorFlow in this process)
+# ----------------------------------------------------------------------------------------
+
+def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DEFAULT_REPEATS,
+        warmup: int = DEFAULT_WARMUP, memory_steps: int = 200, quick: bool = False, log=None) -> dict:
+    """Run every measurement, each kind in processes of its own; return the report."""
+    log = log or (lambda message: None)
+    replicas = tuple(int(r) for r in replicas)
+    started = time.perf_counter()
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    log("ceiling: float32 matmul FLOP/s and the model's layers alone ...")
+    ceiling = worker("ceiling", *(["--quick"] if quick else []))
+    phases = {"ceiling": round(time.perf_counter() - started, 1)}
+    results, samples, extras = [], {}, {}
+    for r in replicas:
+        log(f"{r} replica(s): {', '.join(CONTENDERS)} x {repeats}, {steps} steps each ...")
+        out = worker("train", "--replicas", r, "--steps", steps, "--repeats", repeats, "--warmup", warmup)
+        samples[str(r)] = out["samples"]
+        extras[str(r)] = {k: out[k] for k in ("order", "keras_jit_compile", "strategy", "steps_per_loop",
+                                              "cpu_us_per_example")}
+        row = {"replicas": r, "global_batch": PER_REPLICA_BATCH * r}
+        for name in (*CONTENDERS, "step_only"):
+            row[name] = round(statistics.median(out["samples"][name]), 1)
+        for other in ("tutorial", "keras_fit"):
+            ratios = [a / b for a, b in zip(out["samples"]["distcore"], out["samples"][other])]
+            row[f"vs_{other}"] = round(statistics.median(ratios), 3)
+            cpu = out["cpu_us_per_example"]
+            row[f"vs_{other}_cpu"] = round(statistics.median(b / a for a, b in zip(cpu["distcore"], cpu[other])), 3)
+        row["cpu_us_per_example"] = {name: round(statistics.median(v), 1) for name, v in out["cpu_us_per_example"].items()}
+        row["share_of_step_only"] = round(row["distcore"] / row["step_only"], 3)
+        results.append(row)
+    log(f"peak memory and first step of `python -m distcore train` ({max(replicas)} replicas) ...")
+    phases["train_workers"] = round(time.perf_counter() - started - phases["ceiling"], 1)
+    process = train_process(max(replicas), memory_steps, test_examples=512 if quick else None)
+    phases["train_process"] = process["total_seconds"]
+    # The ceiling is what the machine can do: the best matmul rate seen, measured again at
+    # the end so a burst of other load at the start does not lower it.
+    if not quick:
+        log("ceiling again ...")
+        again = worker("ceiling", "--no-profile")
+        ceiling["matmul_samples"] += again["matmul_samples"]
+        ceiling["matmul_flops_per_sec"] = max(ceiling["matmul_flops_per_sec"], again["matmul_flops_per_sec"])
+    ceiling_eps = ceiling["matmul_flops_per_sec"] / ceiling["flops_per_example"]
+    for row in results:
+        row["ceiling_share"] = round(row["distcore"] / ceiling_eps, 3)
+        row["step_only_ceiling_share"] = round(row["step_only"] / ceiling_eps, 3)
+    log("split visualiser: 64-step, 8-replica plan ...")
+    split = worker("split")
+    report = {
+        "results": results,
+        "ceiling": round(ceiling_eps, 1),
+        "ceiling_detail": ceiling,
+        "samples": samples,
+        "runs": extras,
+        "train_process": process,
+        "peak_memory_gib": process["peak_rss_gib"],
+        "first_step_seconds": process["first_step_seconds"],
+        "split_plan_seconds": split["first_plan_seconds"],
+        "split": split,
+        "settings": {"replicas": list(replicas), "steps": steps, "repeats": repeats, "warmup": warmup,
+                     "per_replica_batch": PER_REPLICA_BATCH, "memory_steps": memory_steps, "quick": quick},
+        "machine": machine_info(ceiling),
+        "seconds": round(time.perf_counter() - started, 1),
+        "phase_seconds": phases,
+    }
+    report["machine"]["load_average_at_start"] = load_start
+    report["targets"] = check_targets(report)
+    return report
+
+
+def worker(kind: str, *args) -> dict:
+    """Run `python -m distcore.bench --worker KIND ARGS` and return its JSON line."""
+    cmd = [sys.executable, "-m", "distcore.bench", "--worker", kind, *map(str, args)]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"bench worker {kind} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def train_process(replicas: int, max_steps: int, test_examples: int | None = None) -> dict:
+    """Launch `python -m distcore train --json` and time it to its first step record;
+    its peak resident memory comes from wait4's rusage of that one child."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "distcore", "train", "--run-dir", str(Path(tmp) / "run"),
+               "--replicas", str(replicas), "--max-steps", str(max_steps), "--json"]
+        if test_examples:  # --quick: a smaller test pass at the end (memory then understates)
+            cmd += ["--test-examples", str(test_examples)]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        launched = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        first_step = start_event = None
+        rates = []
+        for line in proc.stdout:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("event") == "start" and start_event is None:
+                start_event = time.perf_counter() - launched
+            if "loss" in record and "step" in record:
+                if first_step is None:
+                    first_step = time.perf_counter() - launched
+                rates.append(record["examples_per_sec"])
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        total = time.perf_counter() - launched
+    if proc.returncode != 0 or first_step is None:
+        raise RuntimeError(f"`{' '.join(cmd[1:])}` failed (exit {proc.returncode}).")
+    chunks = sorted(set(rates), key=rates.index)  # one rate per chunk of steps
+    return {"replicas": replicas, "steps": max_steps,
+            "peak_rss_gib": round(usage.ru_maxrss * 1024 / 2**30, 3),  # ru_maxrss is in KiB on Linux
+            "first_step_seconds": round(first_step, 2), "total_seconds": round(total, 2),
+            "start_event_seconds": round(start_event, 2) if start_event is not None else None,
+            "steps_per_loop_note": "step records are printed when a chunk of steps_per_loop steps ends",
+            "median_chunk_examples_per_sec": round(statistics.median(chunks[1:] or chunks), 1)}
+
+
+def machine_info(ceiling: dict) -> dict:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "gpus": ceiling.get("gpus", []),
+            "tensorflow": ceiling.get("tensorflow"), "keras": ceiling.get("keras"),
+            "python": platform.python_version(), "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
+
+
+def check_targets(report: dict) -> dict:
+    checks = {}
+    for row in report["results"]:
+        r = row["replicas"]
+        share = TARGETS["ceiling_share"].get(r, TARGETS["ceiling_share"]["default"])
+        checks[f"ceiling_share@{r}"] = {"value": row["ceiling_share"], "target": f">= {share}",
+                                        "met": row["ceiling_share"] >= share}
+        for other in ("tutorial", "keras_fit"):
+            want = TARGETS[f"vs_{other}"]
+            checks[f"vs_{other}@{r}"] = {"value": row[f"vs_{other}"], "target": f">= {want}",
+                                         "met": row[f"vs_{other}"] >= want}
+    for key in ("peak_memory_gib", "first_step_seconds", "split_plan_seconds"):
+        checks[key] = {"value": report[key], "target": f"< {TARGETS[key]}", "met": report[key] < TARGETS[key]}
+    return checks
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{report['machine']['cpu']}, {report['machine']['cores']} cores, TensorFlow "
+             f"{report['machine']['tensorflow']}; {report['settings']['steps']} steps x "
+             f"{report['settings']['repeats']} interleaved repeats, per-replica batch {PER_REPLICA_BATCH}",
+             "",
+             f"{'replicas':>8} {'distcore':>9} {'tutorial':>9} {'keras_fit':>9} {'step_only':>9} "
+             f"{'vs_tut':>7} {'vs_fit':>7} {'ceiling%':>8}"]
+    for row in report["results"]:
+        lines.append(f"{row['replicas']:>8} {row['distcore']:>9.0f} {row['tutorial']:>9.0f} "
+                     f"{row['keras_fit']:>9.0f} {row['step_only']:>9.0f} {row['vs_tutorial']:>6.2f}x "
+                     f"{row['vs_keras_fit']:>6.2f}x {100 * row['ceiling_share']:>7.1f}%")
+    lines += ["(examples/s, medians; ratios are medians of pair-by-pair ratios)", "",
+              "CPU time per example (us, all threads; less disturbed by other load than wall time):"]
+    for row in report["results"]:
+        cpu = row["cpu_us_per_example"]
+        lines.append(f"{row['replicas']:>8} " + " ".join(f"{name} {cpu[name]:.0f}" for name in (*CONTENDERS, "step_only"))
+                     + f"  -> tutorial/distcore {row['vs_tutorial_cpu']:.2f}x, keras_fit/distcore "
+                     f"{row['vs_keras_fit_cpu']:.2f}x")
+    c = report["ceiling_detail"]
+    lines += ["",
+              f"ceiling: {c['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s ({c['matmul_size']}x{c['matmul_size']} "
+              f"float32 matmul, best of {len(c['matmul_samples'])}) / {c['flops_per_example'] / 1e6:.2f} MFLOP per example = "
+              f"{report['ceiling']:.0f} examples/s",
+              "the model's Conv2D/Dense layers alone, forward + backward at batch 64: " + ", ".join(
+                  f"{x['layer']} {x['ms']:.2f} ms ({x['gflops_per_sec']:.0f} GFLOP/s)" for x in c["layer_profile"]["layers"])
+              + f" -> at most {c['layer_profile']['kernels_examples_per_sec']:.0f} examples/s on one replica",
+              f"train process ({report['train_process']['replicas']} replicas, "
+              f"{report['train_process']['steps']} steps): peak RSS {report['peak_memory_gib']:.2f} GiB, "
+              f"first step record {report['first_step_seconds']:.2f} s after launch (start event at "
+              f"{report['train_process']['start_event_seconds']} s)",
+              f"split plan (512 examples, G=8, 8 replicas, 64 steps): {report['split_plan_seconds']:.3f} s "
+              f"(a second plan in the same process: {report['split']['second_plan_seconds']:.3f} s; "
+              f"building its 8-device strategy: {report['split']['make_strategy_seconds']:.3f} s, a plan on a "
+              f"ready strategy: {report['split']['plan_with_given_strategy_seconds']:.3f} s)",
+              f"load average at start/end: {report['machine']['load_average_at_start']} / "
+              f"{report['machine']['load_average_at_end']}", ""]
+    for name, check in report["targets"].items():
+        lines.append(f"  {'met ' if check['met'] else 'MISS'}  {name}: {check['value']} (target {check['target']})")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    """The `bench` subcommand (cli.py hands over its parsed args)."""
+    from .config import DistcoreError, MAX_LOGICAL_CPUS, check_int
+
+    try:
+        replicas = [check_int("replicas", r, high=MAX_LOGICAL_CPUS)
+                    for r in str(args.replicas or "1,2,4").split(",") if r.strip()]
+    except DistcoreError:
+        raise DistcoreError(f"--replicas ({args.replicas!r}) must be a comma-separated list of counts, e.g. 1,2,4.") from None
+    if not replicas:
+        raise DistcoreError("--replicas is empty: give counts such as 1,2,4.")
+    steps = check_int("steps", args.steps if args.steps is not None else DEFAULT_STEPS, high=100_000)
+    repeats = check_int("repeats", args.repeats if args.repeats is not None else DEFAULT_REPEATS, high=100)
+    warmup = check_int("warmup", args.warmup if args.warmup is not None else DEFAULT_WARMUP, low=1, high=10_000)
+    memory_steps = check_int("memory steps", args.memory_steps if args.memory_steps is not None else 200, high=100_000)
+    log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    report = run(replicas, steps, repeats, warmup, memory_steps, quick=args.quick, log=log)
+    print(json.dumps(report) if args.json else format_report(report), flush=True)
+    return 0
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--replicas", help="comma-separated replica counts (default 1,2,4)")
+    parser.add_argument("--steps", help=f"timed global steps per measurement (default {DEFAULT_STEPS})")
+    parser.add_argument("--repeats", help=f"interleaved repeats per contender (default {DEFAULT_REPEATS})")
+    parser.add_argument("--warmup", help=f"untimed steps before each measurement (default {DEFAULT_WARMUP})")
+    parser.add_argument("--memory-steps", help="steps of the train process measured for memory (default 200)")
+    parser.add_argument("--quick", action="store_true",
+                        help="shorter ceiling and layer measurements (a smoke run, not a benchmark)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+# ----------------------------------------------------------------------------------------
+# Workers (TensorFlow; one process each)
+# ----------------------------------------------------------------------------------------
+
+def worker_ceiling(size: int = 2048, repeats: int = 5, seconds: float = 1.0, quick: bool = False,
+                   profile: bool = True) -> dict:
+    """float32 matmul FLOP/s with TensorFlow's default threading (all cores)."""
+    import keras
+    import tensorflow as tf
+
+    from .model import create_model, flops_per_example
+
+    a = tf.random.normal((size, size), seed=1)
+    b = tf.random.normal((size, size), seed=2)
+
+    @tf.function
+    def chain(a, b, n):
+        acc = tf.zeros_like(a)
+        for _ in tf.range(n):
+            acc += tf.matmul(a, b)  # the add is size^2 work next to size^3: noise
+        return tf.reduce_sum(acc)
+
+    if quick:
+        repeats, seconds = 2, 0.2
+    flop = 2 * size ** 3
+    chain(a, b, tf.constant(1)).numpy()
+    t = time.perf_counter()
+    chain(a, b, tf.constant(2)).numpy()
+    n = max(2, int(seconds / max((time.perf_counter() - t) / 2, 1e-6)))
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        chain(a, b, tf.constant(n)).numpy()
+        rates.append(flop * n / (time.perf_counter() - t))
+    return {"matmul_size": size, "matmul_flops_per_sec": max(rates),  # the machine's best: a ceiling
+            "matmul_samples": [round(r / 1e9, 2) for r in rates],
+            "flops_per_example": flops_per_example(create_model("cnn")),
+            "tensorflow": tf.__version__, "keras": keras.__version__,
+            "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+            "layer_profile": None if not profile else layer_profile(repeats=1, calls=5) if quick else layer_profile()}
+
+
+def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int = 50) -> dict:
+    """Each Conv2D/Dense layer's forward + backward at the training batch, alone: the
+    FLOP/s the kernels themselves reach on this model's small shapes (the first
+    layer needs no gradient for its input, as in training)."""
+    import keras
+    import tensorflow as tf
+
+    from .model import create_model
+
+    keras.utils.set_random_seed(0)
+    model = create_model("cnn")
+    h = tf.random.uniform((batch, 28, 28, 1))
+    layers, first = [], True
+    for layer in model.layers:
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
+            if isinstance(layer, keras.layers.Conv2D):
+                _, oh, ow, c_out = layer.output.shape
+                kh, kw, c_in, _ = layer.kernel.shape
+                forward = 2 * oh * ow * c_out * kh * kw * c_in
+            else:
+                n_in, n_out = layer.kernel.shape
+                forward = 2 * n_in * n_out
+            flops = batch * forward * (2 if first else 3)
+            wrt_input = not first
+
+            @tf.function
+            def steps(x, n, layer=layer, wrt_input=wrt_input):
+                total = tf.constant(0.0)
+                for _ in tf.range(n):
+                    with tf.GradientTape() as tape:
+                        if wrt_input:
+                            tape.watch(x)
+                        y = layer(x, training=True)
+                        s = tf.reduce_sum(y)
+                    grads = tape.gradient(s, ([x] if wrt_input else []) + layer.trainable_variables)
+                    total += tf.add_n([tf.reshape(g, [-1])[0] for g in grads])
+                return total
+
+            x = tf.identity(h)
+            steps(x, tf.constant(2)).numpy()
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                steps(x, tf.constant(calls)).numpy()
+                times.append((time.perf_counter() - t) / calls)
+            seconds = min(times)  # the kernel's speed, least disturbed by other load
+            layers.append({"layer": layer.name, "input": list(x.shape[1:]), "ms": round(1e3 * seconds, 3),
+                           "gflops_per_sec": round(flops / seconds / 1e9, 1)})
+            first = False
+        h = layer(h)
+    total = sum(item["ms"] for item in layers) / 1e3
+    return {"batch": batch, "layers": layers, "kernels_examples_per_sec": round(batch / total, 1)}
+
+
+def worker_split() -> dict:
+    from . import devices, split
+    from .config import SplitConfig
+
+    devices.configure(8)
+    names = tuple(f"cpu:{i}" for i in range(8))
+    config = SplitConfig(examples=512, global_batch=8, devices=names)
+    t = time.perf_counter()
+    plan = split.plan(config)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    split.plan(config)
+    second = time.perf_counter() - t
+    t = time.perf_counter()
+    strategy = devices.make_strategy(names)
+    make_strategy = time.perf_counter() - t
+    t = time.perf_counter()
+    split.plan(config, strategy=strategy)
+    given = time.perf_counter() - t
+    return {"steps": len(plan["steps"]), "replicas": 8, "first_plan_seconds": round(first, 3),
+            "second_plan_seconds": round(second, 3), "make_strategy_seconds": round(make_strategy, 3),
+            "plan_with_given_strategy_seconds": round(given, 3)}
+
+
+def worker_train(replicas: int, steps: int, repeats: int, warmup: int) -> dict:
+    from . import devices
+
+    names = tuple(f"cpu:{i}" for i in range(replicas))
+    if devices.physical_gpu_count() >= replicas:
+        names = tuple(f"gpu:{i}" for i in range(replicas))
+    strategy = devices.make_strategy(names)
+    from . import data as data_lib
+
+    data = data_lib.load()
+    contenders = {"distcore": Distcore(strategy, data), "tutorial": Tutorial(strategy, data),
+                  "keras_fit": KerasFit(strategy, data), "step_only": StepOnly(strategy, data)}
+    for contender in contenders.values():  # trace and build outside the timed rounds
+        contender.measure(min(steps, 20), min(warmup, 5))
+    samples = {name: [] for name in contenders}
+    cpu = {name: [] for name in contenders}
+    order = list(contenders)
+    orders = []
+    for rep in range(repeats):
+        turn = order[rep % len(order):] + order[:rep % len(order)]
+        orders.append(turn)
+        for name in turn:
+            rate, cpu_us = contenders[name].measure(max(1, steps // 2) if name == "step_only" else steps, warmup)
+            samples[name].append(round(rate, 1))
+            cpu[name].append(round(cpu_us, 1))
+    return {"replicas": replicas, "devices": list(names), "samples": samples, "cpu_us_per_example": cpu,
+            "order": orders,
+            "keras_jit_compile": bool(contenders["keras_fit"].model.jit_compile),
+            "strategy": type(strategy.extended._cross_device_ops).__name__,
+            "steps_per_loop": contenders["distcore"].config.steps_per_loop}
+
+
+class Clock:
+    """Wall time and this process's CPU time (all threads) since start; CPU time per
+    example is far less disturbed by other programs on the machine than wall time."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), _cpu_seconds()
+
+    def rate(self, examples: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter() - self.wall, _cpu_seconds() - self.cpu
+        return examples / wall, 1e6 * cpu / max(examples, 1)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Distcore:
+    """StepRunner + inputs.distribute, as controller.Controller.run_epoch uses them."""
+
+    def __init__(self, strategy, data):
+        from .config import TrainConfig
+        from .loop import StepRunner
+
+        self.strategy, self.data = strategy, data
+        names = tuple(d.split("/")[-1].lower().replace("device:", "") for d in strategy.extended.worker_devices)
+        self.config = TrainConfig(devices=names, global_batch=PER_REPLICA_BATCH * strategy.num_replicas_in_sync)
+        self.runner = StepRunner(strategy, self.config)
+        self.epoch = 0
+
+    def measure(self, steps: int, warmup: int) -> float:
+        import tensorflow as tf
+
+        from . import inputs
+        from .controller import train_examples
+
+        self.epoch += 1
+        make = train_examples(self.config, self.data, self.epoch, 0)
+        if steps + warmup > self.config.steps_per_epoch():
+            make = (lambda m: lambda: m().repeat())(make)
+        dist = inputs.distribute(self.strategy, make, global_batch=self.config.global_batch, api=self.config.api,
+                                 policy=self.config.policy, drop_remainder=self.config.drop_remainder)
+        iterator = iter(dist)
+
+        def run_steps(n):
+            done = examples = 0
+            while done < n:
+                losses, counts = self.runner.train_steps(
+                    iterator, tf.constant(min(self.config.steps_per_loop, n - done), tf.int32))
+                losses, counts = losses.numpy(), counts.numpy()  # the controller's one sync per chunk
+                if len(counts) == 0:
+                    raise RuntimeError("distcore ran out of data")
+                done += len(counts)
+                examples += int(counts.sum())
+            return examples
+
+        run_steps(warmup)
+        clock = Clock()
+        return clock.rate(run_steps(steps))
+
+
+class Tutorial:
+    """The custom-training tutorial's training loop, as written."""
+
+    def __init__(self, strategy, data):
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        from .model import create_model
+
+        self.strategy = strategy
+        # The tutorial's preprocessing: a channel axis, then float32 in [0, 1].
+        self.train_images = data.train_images[..., None] / np.float32(255)
+        self.train_labels = data.train_labels
+        self.BUFFER_SIZE = len(self.train_images)
+        self.GLOBAL_BATCH_SIZE = PER_REPLICA_BATCH * strategy.num_replicas_in_sync
+        GLOBAL_BATCH_SIZE = self.GLOBAL_BATCH_SIZE
+        with strategy.scope():
+            loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+            def compute_loss(labels, predictions):
+                per_example_loss = loss_object(labels, predictions)
+                return tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH_SIZE)
+
+            train_accuracy = keras.metrics.SparseCategoricalAccuracy(name="train_accuracy")
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            model = create_model("cnn")
+            optimizer = keras.optimizers.Adam()
+            optimizer.build(model.trainable_variables)  # Keras 3 with 2+ replicas
+
+        def train_step(inputs):
+            images, labels = inputs
+            with tf.GradientTape() as tape:
+                predictions = model(images, training=True)
+                loss = compute_loss(labels, predictions)
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            train_accuracy.update_state(labels, predictions)
+            return loss
+
+        @tf.function
+        def distributed_train_step(dataset_inputs):
+            per_replica_losses = strategy.run(train_step, args=(dataset_inputs,))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
+
+        self.distributed_train_step = distributed_train_step
+
+    def measure(self, steps: int, warmup: int) -> float:
+        import tensorflow as tf
+
+        train_dataset = tf.data.Dataset.from_tensor_slices(
+            (self.train_images, self.train_labels)).shuffle(self.BUFFER_SIZE)
+        if steps + warmup > len(self.train_labels) // self.GLOBAL_BATCH_SIZE:
+            train_dataset = train_dataset.repeat()
+        train_dataset = train_dataset.batch(self.GLOBAL_BATCH_SIZE)
+        train_dist_dataset = self.strategy.experimental_distribute_dataset(train_dataset)
+        iterator = iter(train_dist_dataset)  # what `for x in train_dist_dataset` does
+
+        def run_steps(n):
+            total_loss, num_batches = 0.0, 0
+            for x in iterator:
+                total_loss += self.distributed_train_step(x)
+                num_batches += 1
+                if num_batches == n:
+                    break
+            float(total_loss)  # the tutorial prints the epoch's loss: one sync at the end
+            return num_batches * self.GLOBAL_BATCH_SIZE
+
+        run_steps(warmup)
+        clock = Clock()
+        return clock.rate(run_steps(steps))
+
+
+class KerasFit:
+    """Model.fit under the same strategy, fed distcore's input pipeline."""
+
+    def __init__(self, strategy, data):
+        import keras
+
+        from .model import create_model
+
+        self.strategy, self.data = strategy, data
+        self.global_batch = PER_REPLICA_BATCH * strategy.num_replicas_in_sync
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            self.model = create_model("cnn")
+            self.model.compile(optimizer=keras.optimizers.Adam(),
+                               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                               metrics=[keras.metrics.SparseCategoricalAccuracy()])
+        self.epoch = 0
+
+    def measure(self, steps: int, warmup: int) -> float:
+        import keras
+        import tensorflow as tf
+
+        from . import inputs
+
+        self.epoch += 1
+        ds = inputs.in_memory(self.data.train_images, self.data.train_labels, seed=0, epoch=self.epoch)
+        if steps + warmup > len(self.data.train_labels) // self.global_batch:
+            ds = ds.repeat()
+        ds = ds.batch(self.global_batch).map(inputs.normalize, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+        times = {}
+
+        class Timer(keras.callbacks.Callback):
+            async_safe = True  # only begin/epoch hooks: keeps Keras's async batch-end dispatch
+
+            def on_train_batch_begin(self, batch, logs=None):
+                if batch == warmup:  # the warm-up steps' calls have returned
+                    times["clock"] = Clock()
+
+            def on_epoch_end(self, epoch, logs=None):
+                times["rate"] = times["clock"].rate(steps * outer.global_batch)
+
+        outer = self
+        self.model.fit(ds, epochs=1, steps_per_epoch=warmup + steps, verbose=0, shuffle=False, callbacks=[Timer()])
+        return times["rate"]
+
+
+class StepOnly:
+    """distcore's replica step on one batch already on the devices, K steps a call:
+    the compute the loop cannot go below (no input pipeline, no iterator)."""
+
+    def __init__(self, strategy, data):
+        import tensorflow as tf
+
+        from . import inputs
+        from .config import TrainConfig
+        from .loop import SUM, StepRunner
+
+        self.strategy = strategy
+        names = tuple(d.split("/")[-1].lower().replace("device:", "") for d in strategy.extended.worker_devices)
+        config = TrainConfig(devices=names, global_batch=PER_REPLICA_BATCH * strategy.num_replicas_in_sync)
+        self.runner = StepRunner(strategy, config)
+        self.k = config.steps_per_loop
+        n = PER_REPLICA_BATCH
+        images, labels = inputs.normalize(data.train_images[:n], data.train_labels[:n])
+        self.batch = strategy.experimental_distribute_values_from_function(lambda ctx: (tf.identity(images),
+                                                                                       tf.identity(labels)))
+
+        @tf.function
+        def steps(batch, n):
+            total = tf.constant(0.0)
+            for _ in tf.range(n):
+                loss, _ = strategy.run(self.runner.replica_train_step, args=batch)
+                total += strategy.reduce(SUM, loss, axis=None)
+            return total
+
+        self.steps = steps
+
+    def measure(self, steps: int, warmup: int) -> float:
+        import tensorflow as tf
+
+        def run_steps(n):
+            done = 0
+            while done < n:
+                k = min(self.k, n - done)
+                self.steps(self.batch, tf.constant(k)).numpy()
+                done += k
+
+        run_steps(warmup)
+        clock = Clock()
+        run_steps(steps)
+        return clock.rate(steps * PER_REPLICA_BATCH * self.strategy.num_replicas_in_sync)
+
+
+def worker_main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m distcore.bench")
+    parser.add_argument("--worker", required=True, choices=("ceiling", "split", "train"))
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-profile", action="store_true")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.worker == "train":
+        from . import devices
+
+        devices.configure(args.replicas)  # before TensorFlow initialises its devices
+        out = worker_train(args.replicas, args.steps, args.repeats, args.warmup)
+    elif args.worker == "split":
+        out = worker_split()
+    else:
+        out = worker_ceiling(quick=args.quick, profile=not args.no_profile)
+    out["worker_peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

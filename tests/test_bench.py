@@ -1,0 +1,52 @@
+"""`python -m distcore bench`: a quick smoke test of the report's shape (not of speed).
+
+Performance is measured by running the benchmark itself; here it runs with a
+handful of steps so the whole thing takes about a minute.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+from distcore import bench
+
+
+def test_bench_json_shape_and_positive_numbers():
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    args = ["bench", "--replicas", "1,2", "--steps", "4", "--repeats", "1", "--warmup", "2",
+            "--memory-steps", "10", "--quick", "--json"]
+    proc = subprocess.run([sys.executable, "-m", "distcore", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert [row["replicas"] for row in report["results"]] == [1, 2]
+    for row in report["results"]:
+        assert row["global_batch"] == 64 * row["replicas"]
+        for key in ("distcore", "tutorial", "keras_fit", "step_only", "vs_tutorial", "vs_keras_fit",
+                    "ceiling_share"):
+            assert row[key] > 0, (key, row)
+        samples = report["samples"][str(row["replicas"])]
+        assert all(len(samples[name]) == 1 and samples[name][0] > 0 for name in bench.CONTENDERS)
+    assert report["ceiling"] > 0
+    detail = report["ceiling_detail"]
+    assert 14.5e6 < detail["flops_per_example"] < 15.0e6  # the tutorial CNN, forward + backward
+    assert detail["matmul_flops_per_sec"] > 1e9
+    assert 0 < report["peak_memory_gib"] < 24
+    assert 0 < report["first_step_seconds"] < 120
+    assert report["split"]["steps"] == 64 and 0 < report["split_plan_seconds"] < 60
+    assert report["machine"]["cores"] >= 1 and report["machine"]["tensorflow"]
+    assert set(report["targets"]) >= {"ceiling_share@1", "vs_tutorial@2", "vs_keras_fit@1", "peak_memory_gib",
+                                      "first_step_seconds", "split_plan_seconds"}
+    assert all(isinstance(check["met"], bool) for check in report["targets"].values())
+    text = bench.format_report(report)  # the plain-text form renders the same report
+    assert "keras_fit" in text and "ceiling" in text
+
+
+def test_bad_replica_list_is_a_user_error():
+    proc = subprocess.run([sys.executable, "-m", "distcore", "bench", "--replicas", "1,x", "--json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "comma-separated" in json.loads(proc.stdout)["error"]
