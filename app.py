@@ -11,9 +11,12 @@ training jobs allowed at once (default 2).
 """
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
+import socket
+import sys
 import tempfile
 import threading
 import time
@@ -531,7 +534,7 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
             with gr.Tab("4 · Loss scaling"):
                 _loss_tab(settings, setup, bind)
         demo.load(bind(_on_load, settings), None,
-                  [train["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]])
+                  [train["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]], api_name="on_load")
     demo.planner = planner  # so main() and tests can close it
     demo.settings = settings
     return demo
@@ -601,7 +604,7 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
     show.click(bind(show_split, settings, planner),
                [ui["source"], ui["toy_n"], ui["train_examples"], ui["batch"], ui["count"],
                 ui["boxes"], ui["policy"], ui["api"], ui["drop"], ui["files"], ui["workers"]],
-               [ui["split_plot"], ui["split_text"]], concurrency_limit=4)
+               [ui["split_plot"], ui["split_text"]], concurrency_limit=4, api_name="show_split")
     return ui
 
 
@@ -640,19 +643,22 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
     sig = gr.State(None)  # per session: what the plots currently show
     timer = gr.Timer(settings.poll_seconds)
     view = [ui["status"], ui["loss_plot"], ui["epoch_plot"], ui["logs"]]
+    # Explicit api_names: stable endpoints for gradio_client (tests/test_many_users.py).
     start.click(bind(start_run, settings, lock), [ui["name"], *_train_form(setup)],
-                [ui["message"], ui["run"]])
-    stop.click(bind(stop_run, settings), ui["run"], ui["message"])
+                [ui["message"], ui["run"]], api_name="start_run")
+    stop.click(bind(stop_run, settings), ui["run"], ui["message"], api_name="stop_run")
     resume.click(bind(resume_run, settings, lock), [ui["run"], setup["epochs"], setup["max_steps"]],
-                 [ui["message"], ui["run"]])
-    refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"])
-    ui["run"].change(bind(run_view, settings), ui["run"], view)
+                 [ui["message"], ui["run"]], api_name="resume_run")
+    refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"],
+                  api_name="refresh_runs")
+    ui["run"].change(bind(run_view, settings), ui["run"], view, api_name="run_view")
     timer.tick(bind(poll_run, settings), [ui["run"], sig], [*view, sig],
-               show_progress="hidden", concurrency_limit=8)
+               show_progress="hidden", concurrency_limit=8, api_name="poll_run")
     labels = gr.State(None)  # per session: the run picker's current labels
     timer.tick(bind(poll_run_list, settings), labels, [ui["run"], labels],
-               show_progress="hidden", concurrency_limit=8)
-    export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]])
+               show_progress="hidden", concurrency_limit=8, api_name="poll_run_list")
+    export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]],
+                 api_name="export_run")
     return ui
 
 
@@ -697,16 +703,37 @@ def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
                  result)
 
 
+def check_port_free(host: str, port: int) -> None:
+    """DistcoreError, in one plain sentence, if (host, port) cannot be listened on."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
+            s.bind((host.strip("[]"), port))
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise DistcoreError(f"port {port} on {host} is already in use; stop whatever "
+                                "uses it or set GRADIO_SERVER_PORT to a free port.") from None
+        raise DistcoreError(f"cannot listen on {host}:{port} ({e.strerror or e}); check "
+                            "GRADIO_SERVER_NAME and GRADIO_SERVER_PORT.") from None
+
+
 def main() -> None:
+    host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
+    try:  # before the slow start-up (device detection), and without a traceback
+        port = check_int("GRADIO_SERVER_PORT", os.environ.get("GRADIO_SERVER_PORT", "7860"),
+                         low=1, high=65535)
+        check_port_free(host, port)
+    except DistcoreError as e:
+        sys.exit(f"error: {e}")
     demo = build_app()
     # Warm the split planner up in the background so the first "Show split" is quick.
     threading.Thread(target=_warm_up, args=(demo.planner,), daemon=True).start()
     try:
         demo.queue(default_concurrency_limit=2).launch(
-            server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-            server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-            css=CSS, show_error=False,
+            server_name=host, server_port=port, css=CSS, show_error=False,
         )
+    except OSError as e:  # the port was taken after the check above
+        sys.exit(f"error: cannot serve on {host}:{port}: {e}")
     finally:
         demo.planner.close()
 

@@ -181,6 +181,13 @@ def start_training(runs_root, name: str, options: dict | list | None = None,
                                 start_new_session=True)  # survives the request, own signals
     (run_dir / JOB_FILE).write_text(json.dumps({"pid": proc.pid, "started": time.time(),
                                                 "resume": resume}))
+    # Popen returns while the kernel is still finishing the exec: /proc/PID/cmdline reads
+    # empty for a moment, and until it is filled in the job would not count as active (a
+    # job-limit check right after this one would miss it). Wait until it shows.
+    deadline = time.monotonic() + 10
+    while (not is_train_process(proc.pid, run_dir) and proc.poll() is None
+           and time.monotonic() < deadline):
+        time.sleep(0.001)
     threading.Thread(target=_reap, args=(proc,), daemon=True).start()
     return proc.pid
 
