@@ -301,10 +301,12 @@ def run_dropdown(settings: AppSettings, value=None):
 
 
 def list_run_names(settings: AppSettings) -> list[str]:
-    """Runs with a config.json plus runs still starting, newest first."""
+    """Runs with a config.json, plus runs launched from here that have none (still starting,
+    or stopped before training began), newest first."""
     listed = runs.list_runs(settings.runs_root)
-    starting = [n for n in jobs.active_runs(settings.runs_root) if n not in listed]
-    return starting + listed
+    launched = sorted((p for p in jobs.run_dirs(settings.runs_root) if p.name not in listed),
+                      key=lambda p: p.stat().st_mtime, reverse=True)
+    return [p.name for p in launched] + listed
 
 
 def default_run(settings: AppSettings):

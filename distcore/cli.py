@@ -256,13 +256,21 @@ def train_config(args) -> TrainConfig:
 
 
 def cmd_train(args) -> int:
-    from . import controller
+    from .stopping import StopFlag
 
-    config = train_config(args)
-    progress = None if args.json or not sys.stderr.isatty() else Progress(config.total_steps())
-    on_record = print_json if args.json else (progress.update if progress else None)
-    stop = controller.StopFlag().install()
-    result = controller.Controller(config, args.run_dir, resume=args.resume, stop=stop, on_record=on_record).run()
+    stop = StopFlag(args.run_dir).install()  # before TensorFlow loads: a stop now ends at once
+    stop.announce(args.resume)
+    try:
+        from . import controller
+
+        config = train_config(args)
+        progress = None if args.json or not sys.stderr.isatty() else Progress(config.total_steps())
+        on_record = print_json if args.json else (progress.update if progress else None)
+        trainer = controller.Controller(config, args.run_dir, resume=args.resume, stop=stop, on_record=on_record)
+    except DistcoreError as err:
+        stop.failed(str(err))
+        raise
+    result = trainer.run()
     if progress:
         progress.close()
     if not args.json:

@@ -8,9 +8,7 @@ status.json, TensorBoard events and checkpoints.
 from __future__ import annotations
 
 import shutil
-import signal
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -19,24 +17,7 @@ import tensorflow as tf
 from . import checkpoints, cluster, data as data_lib, devices, inputs, runs
 from .config import DistcoreError, TrainConfig
 from .loop import SUM, StepRunner
-
-
-class StopFlag:
-    """Set by SIGTERM/SIGINT (or by a caller); the loop checks it between step chunks."""
-
-    def __init__(self):
-        self._event = threading.Event()
-
-    def set(self, *_):
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def install(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self.set)
-        return self
+from .stopping import StopFlag
 
 
 def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
@@ -169,6 +150,7 @@ class Controller:
                        f"resumed from {self.resumed_from} at step {step}" if self.resumed_from else
                        f"training {total} steps on {self.where()}")
         self.set_status("running")
+        self.stop.training = True  # from here a stop request waits for a checkpoint
         try:
             while not self.finished() and not self.stopping():
                 self.run_epoch(total)
