@@ -109,9 +109,10 @@ class Controller:
             runs.write_json_atomic(config_path, record)
             # Before the slow set-up: from here a stop request is honoured (the caller
             # installed the signal handler first), so say the process is there.
+            previous_step = (runs.read_status(self.run_dir) or {}).get("step", 0) if resume else 0
             runs.write_json_atomic(self.run_dir / "status.json", {
-                "state": "starting", "pid": _pid(), "step": 0, "total_steps": self.config.total_steps(),
-                "time": time.time()})
+                "state": "starting", "pid": _pid(), "step": previous_step,
+                "total_steps": self.config.total_steps(), "time": time.time()})
         except OSError as err:
             raise DistcoreError(f"cannot write to the run directory {self.run_dir}: {err.strerror}.") from None
 
