@@ -1,0 +1,52 @@
+"""Run directories: names from the browser never reach the filesystem outside the runs root."""
+
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from distcore import runs
+from distcore.config import DistcoreError
+
+
+@pytest.mark.parametrize("name", ["..", "../x", "/etc", "a/b", "", " ", "x/../../etc", ".hidden", "a" * 101])
+def test_unsafe_names_are_refused(tmp_path, name):
+    with pytest.raises(DistcoreError, match="not allowed"):
+        runs.safe_run_dir(tmp_path, name)
+
+
+def test_a_symlink_out_of_the_root_is_refused(tmp_path):
+    root, outside = tmp_path / "runs", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "sneaky").symlink_to(outside)
+    with pytest.raises(DistcoreError, match="not a directory inside the runs folder"):
+        runs.safe_run_dir(root, "sneaky")
+    (outside / "config.json").write_text("{}")
+    assert "sneaky" not in runs.list_runs(root)
+
+
+@given(st.text(max_size=30))
+def test_any_accepted_name_stays_inside_the_root(tmp_path_factory, name):
+    root = tmp_path_factory.getbasetemp() / "root"
+    try:
+        path = runs.safe_run_dir(root, name)
+    except DistcoreError:
+        return
+    assert path.parent == root.resolve() and "/" not in path.name and ".." not in path.name
+
+
+def test_checkpoint_names_must_be_ckpt_step():
+    assert runs.checkpoint_step("ckpt-500") == 500
+    for bad in ("ckpt-x", "../ckpt-1", "ckpt", "model-5"):
+        with pytest.raises(DistcoreError):
+            runs.checkpoint_step(bad)
+
+
+def test_a_torn_last_line_is_skipped_and_truncation_repairs_it(tmp_path):
+    lines = [{"step": s, "loss": 1.0} for s in (1, 2, 3)] + [{"event": "checkpoint", "step": 2}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"step": 4, "lo')
+    assert [r.get("step") for r in runs.read_metrics(tmp_path)] == [1, 2, 3, 2]
+    assert runs.truncate_metrics(tmp_path, 2) == 1  # step 3 rolled back, the torn line dropped
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert text.endswith("\n") and [json.loads(line)["step"] for line in text.splitlines()] == [1, 2, 2]
