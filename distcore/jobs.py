@@ -106,14 +106,6 @@ def is_train_process(pid, run_dir: Path) -> bool:
             and str(Path(run_dir).resolve()) in cmd)
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
 def job_pid(run_dir: Path) -> int | None:
     """The live training pid of a run, or None.
 
@@ -121,7 +113,7 @@ def job_pid(run_dir: Path) -> int | None:
     job.json (written by the launcher) names the new one before it writes any
     status, so both are checked.
     """
-    for obj in (_read_json(Path(run_dir) / JOB_FILE), runs.read_status(run_dir)):
+    for obj in (runs.read_json(Path(run_dir) / JOB_FILE), runs.read_status(run_dir)):
         if obj and obj.get("pid") and is_train_process(obj["pid"], run_dir):
             return int(obj["pid"])
     return None
@@ -226,7 +218,7 @@ def stop_training(run_dir, startup_timeout: float = 90) -> bool:
         if pid is None:
             return False
         status = runs.read_status(run_dir) or {}
-        job = _read_json(run_dir / JOB_FILE) or {}
+        job = runs.read_json(run_dir / JOB_FILE) or {}
         # Ready once the trainer (for a cluster: its chief, after the launcher) wrote a
         # status of its own; the launcher forwards the signal to every worker.
         fresh = status.get("time", 0) >= job.get("started", float("inf")) and status.get("state") in ACTIVE_STATES

@@ -75,10 +75,12 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def read_json(path: Path) -> dict | None:
+    """A JSON object from `path`, or None if it is missing, unreadable or not an object."""
     try:
-        return json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def read_config(run_dir) -> dict:

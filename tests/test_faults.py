@@ -1,5 +1,6 @@
 """Faults, injected: kills mid-step and mid-save, damaged checkpoints, unwritable disks."""
 
+import contextlib
 import json
 import os
 import signal
@@ -140,16 +141,23 @@ def test_damaged_newest_checkpoint_falls_back_and_says_so(tmp_path, how, expecte
             checkpoints.evaluate(run_dir, "ckpt-20")
 
 
+@contextlib.contextmanager
+def tmpfs(mount, options):
+    """A tmpfs mounted at `mount` with `options`, or a skip where mounting needs root."""
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("needs root to mount a tmpfs")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 2 MiB filesystem: room for the run's files and one checkpoint (1.4 MiB), not two."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-                      capture_output=True).returncode:
-        pytest.skip("needs root to mount a small tmpfs")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)])
+    with tmpfs(tmp_path / "disk", "size=2m") as mount:
+        yield mount
 
 
 def test_a_full_disk_is_a_clear_error_and_the_last_good_checkpoint_stays_latest(small_disk, tmp_path):
@@ -168,13 +176,6 @@ def test_a_full_disk_is_a_clear_error_and_the_last_good_checkpoint_stays_latest(
 
 
 def test_a_read_only_run_directory_is_a_clear_error(tmp_path):
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount)],
-                      capture_output=True).returncode:
-        pytest.skip("needs root to mount a read-only tmpfs")
-    try:
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as mount:
         with pytest.raises(DistcoreError, match="cannot write to the run directory .*Read-only file system"):
             Controller(config(), mount / "r")
-    finally:
-        subprocess.run(["umount", "-l", str(mount)])
