@@ -2,10 +2,13 @@
 
 Same machine, same model (the tutorial CNN), same real Fashion-MNIST, same
 per-replica batch (64), same device sets and the same strategy constructor
-(`devices.make_strategy`) for every contender. Each replica count runs in a
-process of its own (a process configures its logical devices once); inside it
-the contenders take turns, in a rotated order, `repeats` times, so machine noise
-hits all of them alike; the report gives medians and pair-by-pair ratios.
+(`devices.make_strategy`) for every contender. Each contender runs in a process
+of its own for each replica count (a process configures its logical devices and
+threads once): distcore's with its own thread setting, the tutorial's and Keras
+fit's with TensorFlow's defaults, as their users would run them (`--same-threads`
+gives them distcore's too). The contenders take turns, in a rotated order,
+`repeats` times, so machine noise hits all of them alike; the report gives
+medians and pair-by-pair ratios.
 
 Contenders, measured in examples per second over `steps` global steps after
 `warmup` untimed steps on a fresh iterator (tracing happens in an untimed round
@@ -28,7 +31,7 @@ and time to the first step record of a real `python -m distcore train`
 process; and the split visualiser's time for a 64-step, 8-replica plan.
 
 The orchestrating process never imports TensorFlow; workers are
-`python -m distcore.bench --worker KIND ...` and print one JSON line.
+`python -m distcore.bench --worker KIND ...` and print JSON lines.
 """
 
 from __future__ import annotations
@@ -47,9 +50,11 @@ from pathlib import Path
 
 PER_REPLICA_BATCH = 64
 CONTENDERS = ("distcore", "tutorial", "keras_fit")
+MEASURED = (*CONTENDERS, "step_only")
+TF_DEFAULT_THREADS = ("tutorial", "keras_fit")  # what their users run: TensorFlow's own threading
 DEFAULT_REPLICAS = (1, 2, 4)
 DEFAULT_STEPS = 60
-DEFAULT_REPEATS = 3
+DEFAULT_REPEATS = 5
 DEFAULT_WARMUP = 10
 TARGETS = {
     "ceiling_share": {1: 0.85, "default": 0.80},
@@ -67,7 +72,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # ----------------------------------------------------------------------------------------
 
 def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DEFAULT_REPEATS,
-        warmup: int = DEFAULT_WARMUP, memory_steps: int = 200, quick: bool = False, log=None) -> dict:
+        warmup: int = DEFAULT_WARMUP, memory_steps: int = 200, quick: bool = False, same_threads: bool = False,
+        log=None) -> dict:
     """Run every measurement, each kind in processes of its own; return the report."""
     log = log or (lambda message: None)
     replicas = tuple(int(r) for r in replicas)
@@ -79,16 +85,16 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
     results, samples, extras = [], {}, {}
     for r in replicas:
         log(f"{r} replica(s): {', '.join(CONTENDERS)} x {repeats}, {steps} steps each ...")
-        out = worker("train", "--replicas", r, "--steps", steps, "--repeats", repeats, "--warmup", warmup)
+        out = train_round(r, steps, repeats, warmup, same_threads)
         samples[str(r)] = out["samples"]
-        extras[str(r)] = {k: out[k] for k in ("order", "keras_jit_compile", "strategy", "steps_per_loop",
-                                              "cpu_us_per_example")}
+        extras[str(r)] = {k: out[k] for k in ("order", "cpu_us_per_example", "contenders")}
         row = {"replicas": r, "global_batch": PER_REPLICA_BATCH * r}
-        for name in (*CONTENDERS, "step_only"):
+        for name in MEASURED:
             row[name] = round(statistics.median(out["samples"][name]), 1)
         for other in ("tutorial", "keras_fit"):
-            ratios = [a / b for a, b in zip(out["samples"]["distcore"], out["samples"][other])]
-            row[f"vs_{other}"] = round(statistics.median(ratios), 3)
+            row[f"vs_{other}"] = paired_ratio(out["samples"], "distcore", other)
+            # A loop with no overhead at all runs at step_only: no loop over these kernels beats this.
+            row[f"step_only_vs_{other}"] = paired_ratio(out["samples"], "step_only", other)
             cpu = out["cpu_us_per_example"]
             row[f"vs_{other}_cpu"] = round(statistics.median(b / a for a, b in zip(cpu["distcore"], cpu[other])), 3)
         row["cpu_us_per_example"] = {name: round(statistics.median(v), 1) for name, v in out["cpu_us_per_example"].items()}
@@ -109,6 +115,9 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
     for row in results:
         row["ceiling_share"] = round(row["distcore"] / ceiling_eps, 3)
         row["step_only_ceiling_share"] = round(row["step_only"] / ceiling_eps, 3)
+    profiled = 2 if 2 in replicas else replicas[0]
+    log(f"profile of step_only on {profiled} replica(s) ...")
+    profile = worker("profile", "--replicas", profiled, "--steps", 5 if quick else 40)
     log("split visualiser: 64-step, 8-replica plan ...")
     split = worker("split")
     report = {
@@ -122,8 +131,10 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
         "first_step_seconds": process["first_step_seconds"],
         "split_plan_seconds": split["first_plan_seconds"],
         "split": split,
+        "step_profile": profile,
         "settings": {"replicas": list(replicas), "steps": steps, "repeats": repeats, "warmup": warmup,
-                     "per_replica_batch": PER_REPLICA_BATCH, "memory_steps": memory_steps, "quick": quick},
+                     "per_replica_batch": PER_REPLICA_BATCH, "memory_steps": memory_steps, "quick": quick,
+                     "same_threads": same_threads},
         "machine": machine_info(ceiling),
         "seconds": round(time.perf_counter() - started, 1),
         "phase_seconds": phases,
@@ -142,6 +153,85 @@ def worker(kind: str, *args) -> dict:
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"bench worker {kind} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(lines[-1])
+
+
+def paired_ratio(samples: dict, a: str, b: str) -> float:
+    """Median of a/b over the rounds: the pair measured side by side shares its noise."""
+    return round(statistics.median(x / y for x, y in zip(samples[a], samples[b])), 3)
+
+
+def train_round(replicas: int, steps: int, repeats: int, warmup: int, same_threads: bool = False) -> dict:
+    """Every contender in a process of its own, measured in turn, `repeats` times.
+
+    Own processes because threading is set per process: distcore's processes give
+    each op a share of the cores (`devices.intra_op_threads`), the tutorial's and
+    Keras fit's run with TensorFlow's defaults, as their users run them (with
+    `same_threads`, distcore's setting too: the loops alone). Only one process
+    works at a time; the others wait on their stdin.
+    """
+    procs = {name: ContenderProcess(name, replicas, steps, warmup,
+                                    tf_default_threads=name in TF_DEFAULT_THREADS and not same_threads)
+             for name in MEASURED}
+    try:
+        info = {name: proc.ready() for name, proc in procs.items()}
+        samples = {name: [] for name in MEASURED}
+        cpu = {name: [] for name in MEASURED}
+        orders = []
+        for rep in range(repeats):
+            turn = list(MEASURED[rep % len(MEASURED):] + MEASURED[:rep % len(MEASURED)])
+            orders.append(turn)
+            for name in turn:
+                rate, cpu_us = procs[name].measure(max(1, steps // 2) if name == "step_only" else steps, warmup)
+                samples[name].append(round(rate, 1))
+                cpu[name].append(round(cpu_us, 1))
+    finally:
+        for proc in procs.values():
+            proc.close()
+    return {"replicas": replicas, "samples": samples, "cpu_us_per_example": cpu, "order": orders,
+            "contenders": info}
+
+
+class ContenderProcess:
+    """`python -m distcore.bench --worker serve`: one contender, measuring on request."""
+
+    def __init__(self, name: str, replicas: int, steps: int, warmup: int, tf_default_threads: bool):
+        self.name = name
+        self.log = tempfile.TemporaryFile("w+")
+        cmd = [sys.executable, "-m", "distcore.bench", "--worker", "serve", "--contender", name,
+               "--replicas", str(replicas), "--steps", str(steps), "--warmup", str(warmup)]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        if tf_default_threads:
+            env["TF_NUM_INTRAOP_THREADS"] = "0"  # TensorFlow's default; devices.configure leaves it alone
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log)
+
+    def _reply(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        self.proc.wait()
+        self.log.seek(0)
+        raise RuntimeError(f"bench contender {self.name} failed (exit {self.proc.returncode}):\n"
+                           f"{self.log.read()[-3000:]}")
+
+    def ready(self) -> dict:
+        return self._reply()
+
+    def measure(self, steps: int, warmup: int) -> tuple[float, float]:
+        self.proc.stdin.write(f"{steps} {warmup}\n")
+        self.proc.stdin.flush()
+        reply = self._reply()
+        return reply["rate"], reply["cpu_us"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # the worker's cue to exit
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
 
 
 def train_process(replicas: int, max_steps: int, test_examples: int | None = None) -> dict:
@@ -225,14 +315,20 @@ def format_report(report: dict) -> str:
         lines.append(f"{row['replicas']:>8} {row['distcore']:>9.0f} {row['tutorial']:>9.0f} "
                      f"{row['keras_fit']:>9.0f} {row['step_only']:>9.0f} {row['vs_tutorial']:>6.2f}x "
                      f"{row['vs_keras_fit']:>6.2f}x {100 * row['ceiling_share']:>7.1f}%")
-    lines += ["(examples/s, medians; ratios are medians of pair-by-pair ratios)", "",
+    lines += ["(examples/s, medians; ratios are medians of pair-by-pair ratios)",
+              "a loop with no overhead (step_only) against the others: " + "; ".join(
+                  f"{row['replicas']}: {row['step_only_vs_tutorial']:.2f}x tutorial, "
+                  f"{row['step_only_vs_keras_fit']:.2f}x keras_fit" for row in report["results"]),
+              "intra-op threads per process: " + "; ".join(
+                  f"{r}: " + ", ".join(f"{name} {info['intra_op_threads']}" for name, info in run["contenders"].items())
+                  for r, run in report["runs"].items()), "",
               "CPU time per example (us, all threads; less disturbed by other load than wall time):"]
     for row in report["results"]:
         cpu = row["cpu_us_per_example"]
-        lines.append(f"{row['replicas']:>8} " + " ".join(f"{name} {cpu[name]:.0f}" for name in (*CONTENDERS, "step_only"))
+        lines.append(f"{row['replicas']:>8} " + " ".join(f"{name} {cpu[name]:.0f}" for name in MEASURED)
                      + f"  -> tutorial/distcore {row['vs_tutorial_cpu']:.2f}x, keras_fit/distcore "
                      f"{row['vs_keras_fit_cpu']:.2f}x")
-    c = report["ceiling_detail"]
+    c, p = report["ceiling_detail"], report["step_profile"]
     lines += ["",
               f"ceiling: {c['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s ({c['matmul_size']}x{c['matmul_size']} "
               f"float32 matmul, best of {len(c['matmul_samples'])}) / {c['flops_per_example'] / 1e6:.2f} MFLOP per example = "
@@ -240,6 +336,9 @@ def format_report(report: dict) -> str:
               "the model's Conv2D/Dense layers alone, forward + backward at batch 64: " + ", ".join(
                   f"{x['layer']} {x['ms']:.2f} ms ({x['gflops_per_sec']:.0f} GFLOP/s)" for x in c["layer_profile"]["layers"])
               + f" -> at most {c['layer_profile']['kernels_examples_per_sec']:.0f} examples/s on one replica",
+              f"profile of step_only, {p['replicas']} replica(s): {p['step_ms']} ms a step; the compute threads "
+              f"are busy {p['busy_thread_ms_per_step']} ms a step in all, {100 * (p['conv_share_of_busy'] or 0):.0f}% "
+              f"of it in the convolutions",
               f"train process ({report['train_process']['replicas']} replicas, "
               f"{report['train_process']['steps']} steps): peak RSS {report['peak_memory_gib']:.2f} GiB, "
               f"first step record {report['first_step_seconds']:.2f} s after launch (start event at "
@@ -271,7 +370,8 @@ def main(args) -> int:
     warmup = check_int("warmup", args.warmup if args.warmup is not None else DEFAULT_WARMUP, low=1, high=10_000)
     memory_steps = check_int("memory steps", args.memory_steps if args.memory_steps is not None else 200, high=100_000)
     log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
-    report = run(replicas, steps, repeats, warmup, memory_steps, quick=args.quick, log=log)
+    report = run(replicas, steps, repeats, warmup, memory_steps, quick=args.quick, same_threads=args.same_threads,
+                 log=log)
     print(json.dumps(report) if args.json else format_report(report), flush=True)
     return 0
 
@@ -284,6 +384,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--memory-steps", help="steps of the train process measured for memory (default 200)")
     parser.add_argument("--quick", action="store_true",
                         help="shorter ceiling and layer measurements (a smoke run, not a benchmark)")
+    parser.add_argument("--same-threads", action="store_true",
+                        help="run the tutorial and Keras fit with distcore's thread setting too (the loops alone)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -385,6 +487,43 @@ def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int =
     return {"batch": batch, "layers": layers, "kernels_examples_per_sec": round(batch / total, 1)}
 
 
+def worker_profile(replicas: int, steps: int = 40) -> dict:
+    """Where `step_only`'s time goes: a tf.profiler trace of `steps` steps, with the
+    compute threads' busy time and the convolution kernels' part of it."""
+    import glob
+
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from . import data as data_lib
+    from . import devices
+
+    strategy = devices.make_strategy(devices.resolve(replicas=replicas))
+    contender = StepOnly(strategy, data_lib.load())
+    contender.measure(10, 2)  # traced before the profile starts
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        started = time.perf_counter()
+        contender.measure(steps, 0)
+        wall = time.perf_counter() - started
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(Path(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0]).read_bytes())
+    busy = conv = 0.0
+    for plane in space.planes:
+        names = {key: meta.name for key, meta in plane.event_metadata.items()}
+        for line in plane.lines:
+            for event in line.events:
+                name = names.get(event.metadata_id, "")
+                if name == "ExecutorState::Process":  # a thread running graph ops; ops nest inside
+                    busy += event.duration_ps / 1e9
+                elif "Conv2D" in name:  # "<op name>:<kernel>", forward and both gradients
+                    conv += event.duration_ps / 1e9
+    return {"replicas": replicas, "steps": steps, "step_ms": round(1e3 * wall / steps, 2),
+            "busy_thread_ms_per_step": round(busy / steps, 2), "conv_ms_per_step": round(conv / steps, 2),
+            "conv_share_of_busy": round(conv / busy, 3) if busy else None}
+
+
 def worker_split() -> dict:
     from . import devices, split
     from .config import SplitConfig
@@ -409,36 +548,31 @@ def worker_split() -> dict:
             "plan_with_given_strategy_seconds": round(given, 3)}
 
 
-def worker_train(replicas: int, steps: int, repeats: int, warmup: int) -> dict:
+def worker_serve(name: str, replicas: int, steps: int, warmup: int) -> None:
+    """Build one contender, trace it, say so; then measure once per stdin line
+    `STEPS WARMUP`, answering with one JSON line; exit when stdin closes."""
+    import tensorflow as tf
+
+    from . import data as data_lib
     from . import devices
 
-    names = tuple(f"cpu:{i}" for i in range(replicas))
-    if devices.physical_gpu_count() >= replicas:
-        names = tuple(f"gpu:{i}" for i in range(replicas))
+    names = devices.resolve(replicas=replicas)  # GPUs when there are enough, else logical CPUs
     strategy = devices.make_strategy(names)
-    from . import data as data_lib
-
-    data = data_lib.load()
-    contenders = {"distcore": Distcore(strategy, data), "tutorial": Tutorial(strategy, data),
-                  "keras_fit": KerasFit(strategy, data), "step_only": StepOnly(strategy, data)}
-    for contender in contenders.values():  # trace and build outside the timed rounds
-        contender.measure(min(steps, 20), min(warmup, 5))
-    samples = {name: [] for name in contenders}
-    cpu = {name: [] for name in contenders}
-    order = list(contenders)
-    orders = []
-    for rep in range(repeats):
-        turn = order[rep % len(order):] + order[:rep % len(order)]
-        orders.append(turn)
-        for name in turn:
-            rate, cpu_us = contenders[name].measure(max(1, steps // 2) if name == "step_only" else steps, warmup)
-            samples[name].append(round(rate, 1))
-            cpu[name].append(round(cpu_us, 1))
-    return {"replicas": replicas, "devices": list(names), "samples": samples, "cpu_us_per_example": cpu,
-            "order": orders,
-            "keras_jit_compile": bool(contenders["keras_fit"].model.jit_compile),
-            "strategy": type(strategy.extended._cross_device_ops).__name__,
-            "steps_per_loop": contenders["distcore"].config.steps_per_loop}
+    kinds = {"distcore": Distcore, "tutorial": Tutorial, "keras_fit": KerasFit, "step_only": StepOnly}
+    contender = kinds[name](strategy, data_lib.load())
+    contender.measure(min(steps, 20), min(warmup, 5))  # trace and build outside the timed rounds
+    threads = tf.config.threading.get_intra_op_parallelism_threads()
+    info = {"devices": list(names), "intra_op_threads": threads or "TensorFlow default",
+            "strategy": type(strategy.extended._cross_device_ops).__name__}
+    if name == "keras_fit":
+        info["jit_compile"] = bool(contender.model.jit_compile)
+    if name == "distcore":
+        info["steps_per_loop"] = contender.config.steps_per_loop
+    print(json.dumps(info), flush=True)
+    for line in sys.stdin:
+        steps, warmup = (int(x) for x in line.split())
+        rate, cpu_us = contender.measure(steps, warmup)
+        print(json.dumps({"rate": rate, "cpu_us": cpu_us}), flush=True)
 
 
 class Clock:
@@ -672,22 +806,22 @@ class StepOnly:
 
 def worker_main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m distcore.bench")
-    parser.add_argument("--worker", required=True, choices=("ceiling", "split", "train"))
+    parser.add_argument("--worker", required=True, choices=("ceiling", "split", "serve", "profile"))
+    parser.add_argument("--contender", choices=MEASURED)
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-profile", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if args.worker == "train":
-        from . import devices
-
-        devices.configure(args.replicas)  # before TensorFlow initialises its devices
-        out = worker_train(args.replicas, args.steps, args.repeats, args.warmup)
-    elif args.worker == "split":
+    if args.worker == "serve":
+        worker_serve(args.contender, args.replicas, args.steps, args.warmup)
+        return 0
+    if args.worker == "split":
         out = worker_split()
+    elif args.worker == "profile":
+        out = worker_profile(args.replicas, args.steps)
     else:
         out = worker_ceiling(quick=args.quick, profile=not args.no_profile)
     out["worker_peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import devices
 from .config import DistcoreError
 
 POLL_SECONDS = 0.2
@@ -115,6 +116,8 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
         env = {**os.environ, "TF_CONFIG": tf_config}
         if gpus_per_worker:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index * gpus_per_worker + g) for g in range(gpus_per_worker))
+        else:  # the workers share this host's cores, as replicas of one process do
+            env.setdefault("TF_NUM_INTRAOP_THREADS", str(devices.intra_op_threads(workers)))
         log = open(log_dir / f"worker-{index}.log", "w")
         out = open(log_dir / f"worker-{index}.out", "w")
         logs += [log, out]

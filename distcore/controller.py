@@ -73,6 +73,8 @@ class Controller:
         if self.task.workers != config.workers:
             raise DistcoreError(f"TF_CONFIG names {self.task.workers} workers but the run is for {config.workers}.")
         self.write_dir = self.run_dir if self.task.is_chief else Path(tempfile.mkdtemp(prefix="distcore-worker-"))
+        if config.workers == 1:
+            devices.prepare(config.devices)  # logical devices and threads, so config.json can record them
         self.prepare_dir(resume)
         self.data = data_lib.subset(data_lib.load(config.data_dir), config.train_examples, config.test_examples)
         self.strategy = (devices.make_multiworker_strategy() if config.workers > 1
@@ -105,7 +107,8 @@ class Controller:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             record = {**self.config.to_dict(), "tensorflow": tf.__version__, "keras": _keras_version(),
                       "replicas": self.config.replicas,
-                      "physical_devices": [d.name for d in tf.config.list_physical_devices()]}
+                      "physical_devices": [d.name for d in tf.config.list_physical_devices()],
+                      "intra_op_threads": devices.intra_op_setting()}  # 0: TensorFlow's default
             runs.write_json_atomic(config_path, record)
             # Before the slow set-up: from here a stop request is honoured (the caller
             # installed the signal handler first), so say the process is there.

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 from distcore import devices  # noqa: E402
 
 LOGICAL_CPUS = 8
-devices.configure(LOGICAL_CPUS)
+devices.configure(LOGICAL_CPUS, replicas=2)  # threads as a 2-replica job has them, whatever test runs first
 
 
 def cpus(n):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from conftest import ROOT
-from distcore import bench
+from distcore import bench, devices
 
 
 def test_bench_json_shape_and_positive_numbers():
@@ -29,13 +29,23 @@ def test_bench_json_shape_and_positive_numbers():
                     "ceiling_share"):
             assert row[key] > 0, (key, row)
         samples = report["samples"][str(row["replicas"])]
-        assert all(len(samples[name]) == 1 and samples[name][0] > 0 for name in bench.CONTENDERS)
+        assert all(len(samples[name]) == 1 and samples[name][0] > 0 for name in bench.MEASURED)
+        assert row["step_only_vs_keras_fit"] == round(samples["step_only"][0] / samples["keras_fit"][0], 3)
+        # Each contender ran in its own process: distcore with a core share per replica,
+        # the tutorial and Keras fit with TensorFlow's default threads.
+        threads = {name: info["intra_op_threads"] for name, info in report["runs"][str(row["replicas"])]["contenders"].items()}
+        share = devices.intra_op_threads(row["replicas"])
+        assert threads == {"distcore": share, "step_only": share, "tutorial": "TensorFlow default",
+                           "keras_fit": "TensorFlow default"}
     assert report["ceiling"] > 0
     detail = report["ceiling_detail"]
     assert 14.5e6 < detail["flops_per_example"] < 15.0e6  # the tutorial CNN, forward + backward
     assert detail["matmul_flops_per_sec"] > 1e9
     assert 0 < report["peak_memory_gib"] < 24
     assert 0 < report["first_step_seconds"] < 120
+    profile = report["step_profile"]
+    assert profile["replicas"] == 2 and profile["step_ms"] > 0
+    assert 0 < profile["conv_ms_per_step"] < profile["busy_thread_ms_per_step"]  # the kernels nest in the threads' work
     assert report["split"]["steps"] == 64 and 0 < report["split_plan_seconds"] < 60
     assert report["machine"]["cores"] >= 1 and report["machine"]["tensorflow"]
     assert set(report["targets"]) >= {"ceiling_share@1", "vs_tutorial@2", "vs_keras_fit@1", "peak_memory_gib",

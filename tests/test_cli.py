@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from distcore import runs
+from distcore import devices, runs
 
 SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
 
@@ -62,6 +62,7 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes
     assert stopped["state"] == "stopped" and stopped["step"] % 5 == 0 and stopped["step"] < 300
     assert runs.list_checkpoints(run_dir)[-1] == f"ckpt-{stopped['step']}"
     assert records[-1]["event"] == "stopped"
+    assert runs.read_config(run_dir)["intra_op_threads"] == devices.intra_op_threads(2)  # a core share per replica
 
     result = cli("train", "--run-dir", str(run_dir), "--resume", "--json", check=True)
     lines = [json.loads(line) for line in result.stdout.splitlines()]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from distcore import cluster, runs
+from distcore import cluster, devices, runs
 from distcore.config import DistcoreError
 
 
@@ -118,6 +118,7 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     assert status["state"] == "failed" and "worker 1" in status["message"]
     assert runs.list_checkpoints(run_dir)[:2] == ["ckpt-20", "ckpt-40"]
     assert sum(losses[-10:]) / 10 < sum(losses[:5]) / 5  # the cluster was learning
+    assert runs.read_config(run_dir)["intra_op_threads"] == devices.intra_op_threads(2)  # workers share the host
 
     proc = start_cluster(run_dir, "--resume")
     records = [json.loads(line) for line in proc.stdout]

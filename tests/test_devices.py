@@ -1,5 +1,10 @@
+import os
+import subprocess
+import sys
+
 import pytest
 
+from conftest import ROOT
 from distcore import devices
 from distcore.config import DistcoreError
 
@@ -46,3 +51,26 @@ def test_inventory_reports_this_machine():
     info = devices.inventory()
     assert info["gpus"] == [] or info["gpus"][0] == "gpu:0"
     assert info["max_logical_cpus"] >= 8 and len(info["default"]) >= 2
+
+
+@pytest.mark.parametrize("replicas, cores, threads", [(1, 2, 2), (2, 2, 1), (4, 2, 1), (1, 8, 8), (3, 8, 2), (16, 8, 1)])
+def test_replicas_share_the_cores(replicas, cores, threads):
+    assert devices.intra_op_threads(replicas, cores) == threads
+
+
+def threads_in_a_fresh_process(env_threads=None):
+    env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
+    if env_threads is not None:
+        env["TF_NUM_INTRAOP_THREADS"] = env_threads
+    code = ("from distcore import devices; s = devices.make_strategy(('cpu:0', 'cpu:1'));"
+            "import tensorflow as tf; tf.constant(1.0) + 1.0; print(devices.intra_op_setting(),"
+            "tf.config.threading.get_intra_op_parallelism_threads())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return [int(x) for x in out.stdout.split()]
+
+
+def test_a_two_replica_process_gives_each_op_its_share_and_a_users_setting_wins():
+    share = devices.intra_op_threads(2)
+    assert threads_in_a_fresh_process() == [share, share]
+    assert threads_in_a_fresh_process("3") == [3, 0]  # TensorFlow reads the variable itself
