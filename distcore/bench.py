@@ -144,10 +144,16 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
     return report
 
 
-def worker(kind: str, *args) -> dict:
-    """Run `python -m distcore.bench --worker KIND ARGS` and return its JSON line."""
+def worker_command(kind: str, *args) -> tuple[list[str], dict]:
+    """The command line and environment of `python -m distcore.bench --worker KIND ARGS`."""
     cmd = [sys.executable, "-m", "distcore.bench", "--worker", kind, *map(str, args)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    return cmd, env
+
+
+def worker(kind: str, *args) -> dict:
+    """Run `python -m distcore.bench --worker KIND ARGS` and return its JSON line."""
+    cmd, env = worker_command(kind, *args)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -197,9 +203,8 @@ class ContenderProcess:
     def __init__(self, name: str, replicas: int, steps: int, warmup: int, tf_default_threads: bool):
         self.name = name
         self.log = tempfile.TemporaryFile("w+")
-        cmd = [sys.executable, "-m", "distcore.bench", "--worker", "serve", "--contender", name,
-               "--replicas", str(replicas), "--steps", str(steps), "--warmup", str(warmup)]
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        cmd, env = worker_command("serve", "--contender", name, "--replicas", replicas, "--steps", steps,
+                                  "--warmup", warmup)
         if tf_default_threads:
             env["TF_NUM_INTRAOP_THREADS"] = "0"  # TensorFlow's default; devices.configure leaves it alone
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdin=subprocess.PIPE,
