@@ -15,11 +15,13 @@ Contenders, measured in examples per second over `steps` global steps after
 before the first measurement):
 
 - distcore: `loop.StepRunner.train_steps` fed by `inputs.distribute` exactly as
-  `controller.Controller.run_epoch` does (same config defaults, K steps a call);
+  `controller.Controller.run_epoch` does (same config defaults, K steps a call,
+  its Adam `optimizer.FusedAdam`: one fused kernel per variable);
 - tutorial: the custom-training tutorial's loop as written (float32 arrays,
   from_tensor_slices, shuffle, batch, experimental_distribute_dataset, one
   `tf.function` call per step), changed only where current TensorFlow requires:
-  `strategy.run`, Keras 3 `reduction="none"`, `optimizer.build` inside the scope;
+  `strategy.run`, Keras 3 `reduction="none"`, `optimizer.build` inside the scope,
+  and Adam is Keras 3's (as its users get it from `keras.optimizers.Adam()`);
 - keras_fit: `Model.fit` under the same strategy (compiled inside the scope,
   Adam, SparseCategoricalCrossentropy(from_logits=True), accuracy metric), fed
   distcore's own input pipeline, so the comparison is about the loop alone.
@@ -326,7 +328,9 @@ def format_report(report: dict) -> str:
                   f"{row['step_only_vs_keras_fit']:.2f}x keras_fit" for row in report["results"]),
               "intra-op threads per process: " + "; ".join(
                   f"{r}: " + ", ".join(f"{name} {info['intra_op_threads']}" for name, info in run["contenders"].items())
-                  for r, run in report["runs"].items()), "",
+                  for r, run in report["runs"].items()),
+              "optimizers: " + ", ".join(f"{name} {info['optimizer']}"
+                                         for name, info in next(iter(report["runs"].values()))["contenders"].items()), "",
               "CPU time per example (us, all threads; less disturbed by other load than wall time):"]
     for row in report["results"]:
         cpu = row["cpu_us_per_example"]
@@ -569,6 +573,7 @@ def worker_serve(name: str, replicas: int, steps: int, warmup: int) -> None:
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     info = {"devices": list(names), "intra_op_threads": threads or "TensorFlow default",
             "strategy": type(strategy.extended._cross_device_ops).__name__}
+    info["optimizer"] = type(contender.optimizer).__name__
     if name == "keras_fit":
         info["jit_compile"] = bool(contender.model.jit_compile)
     if name == "distcore":
@@ -608,6 +613,7 @@ class Distcore:
         names = tuple(d.split("/")[-1].lower().replace("device:", "") for d in strategy.extended.worker_devices)
         self.config = TrainConfig(devices=names, global_batch=PER_REPLICA_BATCH * strategy.num_replicas_in_sync)
         self.runner = StepRunner(strategy, self.config)
+        self.optimizer = self.runner.optimizer
         self.epoch = 0
 
     def measure(self, steps: int, warmup: int) -> float:
@@ -671,6 +677,7 @@ class Tutorial:
             model = create_model("cnn")
             optimizer = keras.optimizers.Adam()
             optimizer.build(model.trainable_variables)  # Keras 3 with 2+ replicas
+        self.optimizer = optimizer
 
         def train_step(inputs):
             images, labels = inputs
@@ -731,6 +738,7 @@ class KerasFit:
             self.model.compile(optimizer=keras.optimizers.Adam(),
                                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                                metrics=[keras.metrics.SparseCategoricalAccuracy()])
+        self.optimizer = self.model.optimizer
         self.epoch = 0
 
     def measure(self, steps: int, warmup: int) -> float:
@@ -777,6 +785,7 @@ class StepOnly:
         names = tuple(d.split("/")[-1].lower().replace("device:", "") for d in strategy.extended.worker_devices)
         config = TrainConfig(devices=names, global_batch=PER_REPLICA_BATCH * strategy.num_replicas_in_sync)
         self.runner = StepRunner(strategy, config)
+        self.optimizer = self.runner.optimizer
         self.k = config.steps_per_loop
         n = PER_REPLICA_BATCH
         images, labels = inputs.normalize(data.train_images[:n], data.train_labels[:n])

@@ -18,7 +18,8 @@ import keras
 import tensorflow as tf
 
 from .config import TrainConfig
-from .model import create_model, create_optimizer
+from .model import create_model
+from .optimizer import create_optimizer
 
 SUM = tf.distribute.ReduceOp.SUM
 

@@ -1,4 +1,4 @@
-"""Models and optimizers: the tutorial CNN and the guide's MLP, optionally L2-penalised."""
+"""Models: the tutorial CNN and the guide's MLP, optionally L2-penalised (optimizers: optimizer.py)."""
 
 from __future__ import annotations
 
@@ -31,16 +31,6 @@ def create_model(name: str = "cnn", l2: float = 0.0):
     else:
         raise DistcoreError(f"model {name!r} must be one of: cnn, mlp.")
     return keras.Sequential([keras.Input(shape=(28, 28, 1)), *body], name=name)
-
-
-def create_optimizer(name: str = "adam", learning_rate: float = 0.001):
-    import keras
-
-    if name == "adam":
-        return keras.optimizers.Adam(learning_rate=learning_rate)
-    if name == "sgd":
-        return keras.optimizers.SGD(learning_rate=learning_rate)
-    raise DistcoreError(f"optimizer {name!r} must be one of: adam, sgd.")
 
 
 def flops_per_example(model) -> int:
