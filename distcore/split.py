@@ -37,7 +37,7 @@ def plan(config: SplitConfig, strategy=None) -> dict:
                 steps = []
                 for batch in dist:
                     local = strategy.experimental_local_results(batch)
-                    steps.append([[int(i) for i in tf.reshape(v, [-1]).numpy()] for v in local])
+                    steps.append([v.numpy().reshape(-1).tolist() for v in local])  # numpy: no eager op per piece
             except tf.errors.OpError as err:
                 raise DistcoreError(explain_tf_error(config, err)) from None
     result = {
