@@ -572,8 +572,8 @@ def worker_serve(name: str, replicas: int, steps: int, warmup: int) -> None:
     contender.measure(min(steps, 20), min(warmup, 5))  # trace and build outside the timed rounds
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     info = {"devices": list(names), "intra_op_threads": threads or "TensorFlow default",
-            "strategy": type(strategy.extended._cross_device_ops).__name__}
-    info["optimizer"] = type(contender.optimizer).__name__
+            "strategy": type(strategy.extended._cross_device_ops).__name__,
+            "optimizer": type(contender.optimizer).__name__}
     if name == "keras_fit":
         info["jit_compile"] = bool(contender.model.jit_compile)
     if name == "distcore":
@@ -602,17 +602,22 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def step_runner(strategy):
+    """distcore's default TrainConfig for the strategy's devices, and its StepRunner."""
+    from .config import TrainConfig
+    from .loop import StepRunner
+
+    names = tuple(d.split("/")[-1].lower().replace("device:", "") for d in strategy.extended.worker_devices)
+    config = TrainConfig(devices=names, global_batch=PER_REPLICA_BATCH * strategy.num_replicas_in_sync)
+    return config, StepRunner(strategy, config)
+
+
 class Distcore:
     """StepRunner + inputs.distribute, as controller.Controller.run_epoch uses them."""
 
     def __init__(self, strategy, data):
-        from .config import TrainConfig
-        from .loop import StepRunner
-
         self.strategy, self.data = strategy, data
-        names = tuple(d.split("/")[-1].lower().replace("device:", "") for d in strategy.extended.worker_devices)
-        self.config = TrainConfig(devices=names, global_batch=PER_REPLICA_BATCH * strategy.num_replicas_in_sync)
-        self.runner = StepRunner(strategy, self.config)
+        self.config, self.runner = step_runner(strategy)
         self.optimizer = self.runner.optimizer
         self.epoch = 0
 
@@ -778,13 +783,10 @@ class StepOnly:
         import tensorflow as tf
 
         from . import inputs
-        from .config import TrainConfig
-        from .loop import SUM, StepRunner
+        from .loop import SUM
 
         self.strategy = strategy
-        names = tuple(d.split("/")[-1].lower().replace("device:", "") for d in strategy.extended.worker_devices)
-        config = TrainConfig(devices=names, global_batch=PER_REPLICA_BATCH * strategy.num_replicas_in_sync)
-        self.runner = StepRunner(strategy, config)
+        config, self.runner = step_runner(strategy)
         self.optimizer = self.runner.optimizer
         self.k = config.steps_per_loop
         n = PER_REPLICA_BATCH
