@@ -32,6 +32,10 @@ devices: no input pipeline, K steps a call, the loop's own limit); the ceiling
 and time to the first step record of a real `python -m distcore train`
 process; and the split visualiser's time for a 64-step, 8-replica plan.
 
+Each speed target is reported next to what step_only reached in the same run:
+no loop over these kernels does better, so a target above it is out of reach
+for any loop on this machine, and the profile says what the step spends.
+
 The orchestrating process never imports TensorFlow; workers are
 `python -m distcore.bench --worker KIND ...` and print JSON lines.
 """
@@ -119,7 +123,7 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
         row["step_only_ceiling_share"] = round(row["step_only"] / ceiling_eps, 3)
     profiled = 2 if 2 in replicas else replicas[0]
     log(f"profile of step_only on {profiled} replica(s) ...")
-    profile = worker("profile", "--replicas", profiled, "--steps", 5 if quick else 40)
+    profile = worker("profile", "--replicas", profiled, *(["--steps", 5, "--quick"] if quick else ["--steps", 40]))
     log("split visualiser: 64-step, 8-replica plan ...")
     split = worker("split")
     report = {
@@ -295,17 +299,23 @@ def machine_info(ceiling: dict) -> dict:
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
 
 
+def at_least(value: float, want: float, bound: float) -> dict:
+    """A ">= want" target, next to what `step_only` (the same step, with no loop cost at
+    all) reached in the same run: no loop over these kernels does better, so a target
+    above it is out of reach here, whatever the loop."""
+    return {"value": value, "target": f">= {want}", "met": value >= want, "bound": bound,
+            "reachable": value >= want or bound >= want}
+
+
 def check_targets(report: dict) -> dict:
     checks = {}
     for row in report["results"]:
         r = row["replicas"]
         share = TARGETS["ceiling_share"].get(r, TARGETS["ceiling_share"]["default"])
-        checks[f"ceiling_share@{r}"] = {"value": row["ceiling_share"], "target": f">= {share}",
-                                        "met": row["ceiling_share"] >= share}
+        checks[f"ceiling_share@{r}"] = at_least(row["ceiling_share"], share, row["step_only_ceiling_share"])
         for other in ("tutorial", "keras_fit"):
-            want = TARGETS[f"vs_{other}"]
-            checks[f"vs_{other}@{r}"] = {"value": row[f"vs_{other}"], "target": f">= {want}",
-                                         "met": row[f"vs_{other}"] >= want}
+            checks[f"vs_{other}@{r}"] = at_least(row[f"vs_{other}"], TARGETS[f"vs_{other}"],
+                                                 row[f"step_only_vs_{other}"])
     for key in ("peak_memory_gib", "first_step_seconds", "split_plan_seconds"):
         checks[key] = {"value": report[key], "target": f"< {TARGETS[key]}", "met": report[key] < TARGETS[key]}
     return checks
@@ -357,9 +367,14 @@ def format_report(report: dict) -> str:
               f"building its 8-device strategy: {report['split']['make_strategy_seconds']:.3f} s, a plan on a "
               f"ready strategy: {report['split']['plan_with_given_strategy_seconds']:.3f} s)",
               f"load average at start/end: {report['machine']['load_average_at_start']} / "
-              f"{report['machine']['load_average_at_end']}", ""]
+              f"{report['machine']['load_average_at_end']}", "",
+              "targets (next to each speed target, what step_only reached in this run: the same step with",
+              "no loop cost, so no loop over these kernels does better):"]
     for name, check in report["targets"].items():
-        lines.append(f"  {'met ' if check['met'] else 'MISS'}  {name}: {check['value']} (target {check['target']})")
+        limit = ""
+        if "bound" in check:
+            limit = f"; step_only {check['bound']}" + ("" if check["reachable"] else ": out of reach for any loop")
+        lines.append(f"  {'met ' if check['met'] else 'MISS'}  {name}: {check['value']} (target {check['target']}{limit})")
     return "\n".join(lines)
 
 
@@ -496,20 +511,33 @@ def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int =
     return {"batch": batch, "layers": layers, "kernels_examples_per_sec": round(batch / total, 1)}
 
 
-def worker_profile(replicas: int, steps: int = 40) -> dict:
-    """Where `step_only`'s time goes: a tf.profiler trace of `steps` steps, with the
-    compute threads' busy time and the convolution kernels' part of it."""
-    import glob
+def worker_profile(replicas: int, steps: int = 40, traces: int = 3) -> dict:
+    """Where `step_only`'s time goes: `traces` tf.profiler traces of `steps` steps each,
+    with the compute threads' busy time and the convolution kernels' part of it.
 
-    import tensorflow as tf
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
+    The fastest trace is kept: like the ceiling (the best matmul seen), it is the one
+    least slowed by other load on the machine.
+    """
     from . import data as data_lib
     from . import devices
 
     strategy = devices.make_strategy(devices.resolve(replicas=replicas))
     contender = StepOnly(strategy, data_lib.load())
     contender.measure(10, 2)  # traced before the profile starts
+    wall, busy, conv = min(profile_trace(contender, steps) for _ in range(traces))
+    return {"replicas": replicas, "steps": steps, "traces": traces, "step_ms": round(1e3 * wall / steps, 2),
+            "busy_thread_ms_per_step": round(1e3 * busy / steps, 2), "conv_ms_per_step": round(1e3 * conv / steps, 2),
+            "conv_share_of_busy": round(conv / busy, 3) if busy else None}
+
+
+def profile_trace(contender, steps: int) -> tuple[float, float, float]:
+    """One tf.profiler trace of `steps` steps: wall seconds, the compute threads' busy
+    seconds, and the convolution kernels' seconds."""
+    import glob
+
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
     with tempfile.TemporaryDirectory() as logdir:
         tf.profiler.experimental.start(logdir)
         started = time.perf_counter()
@@ -525,12 +553,10 @@ def worker_profile(replicas: int, steps: int = 40) -> dict:
             for event in line.events:
                 name = names.get(event.metadata_id, "")
                 if name == "ExecutorState::Process":  # a thread running graph ops; ops nest inside
-                    busy += event.duration_ps / 1e9
+                    busy += event.duration_ps / 1e12
                 elif "Conv2D" in name:  # "<op name>:<kernel>", forward and both gradients
-                    conv += event.duration_ps / 1e9
-    return {"replicas": replicas, "steps": steps, "step_ms": round(1e3 * wall / steps, 2),
-            "busy_thread_ms_per_step": round(busy / steps, 2), "conv_ms_per_step": round(conv / steps, 2),
-            "conv_share_of_busy": round(conv / busy, 3) if busy else None}
+                    conv += event.duration_ps / 1e12
+    return wall, busy, conv
 
 
 def worker_split() -> dict:
@@ -837,7 +863,7 @@ def worker_main(argv=None) -> int:
     if args.worker == "split":
         out = worker_split()
     elif args.worker == "profile":
-        out = worker_profile(args.replicas, args.steps)
+        out = worker_profile(args.replicas, args.steps, traces=1 if args.quick else 3)
     else:
         out = worker_ceiling(quick=args.quick, profile=not args.no_profile)
     out["worker_peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)

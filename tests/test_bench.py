@@ -53,8 +53,29 @@ def test_bench_json_shape_and_positive_numbers():
     assert set(report["targets"]) >= {"ceiling_share@1", "vs_tutorial@2", "vs_keras_fit@1", "peak_memory_gib",
                                       "first_step_seconds", "split_plan_seconds"}
     assert all(isinstance(check["met"], bool) for check in report["targets"].values())
+    # Each speed target stands next to what the same step reached with no loop cost.
+    for row in report["results"]:
+        r = row["replicas"]
+        assert report["targets"][f"ceiling_share@{r}"]["bound"] == row["step_only_ceiling_share"] > 0
+        assert report["targets"][f"vs_keras_fit@{r}"]["bound"] == row["step_only_vs_keras_fit"]
+        assert report["targets"][f"vs_tutorial@{r}"]["bound"] == row["step_only_vs_tutorial"]
     text = bench.format_report(report)  # the plain-text form renders the same report
-    assert "keras_fit" in text and "ceiling" in text
+    assert "keras_fit" in text and "ceiling" in text and "step_only" in text
+
+
+def test_a_target_above_what_step_only_reached_is_out_of_reach():
+    """Mechanics of the target check, on made-up numbers."""
+    report = {"results": [{"replicas": 2, "ceiling_share": 0.6, "step_only_ceiling_share": 0.65,
+                           "vs_tutorial": 1.2, "step_only_vs_tutorial": 1.05,  # noise can put step_only below
+                           "vs_keras_fit": 1.2, "step_only_vs_keras_fit": 1.4}],
+              "peak_memory_gib": 0.8, "first_step_seconds": 5.0, "split_plan_seconds": 0.7}
+    targets = bench.check_targets(report)
+    assert {key: (check["met"], check["reachable"]) for key, check in targets.items() if "bound" in check} == {
+        "ceiling_share@2": (False, False),  # 0.8 wanted; even step_only reached 0.65
+        "vs_tutorial@2": (True, True),
+        "vs_keras_fit@2": (False, True),  # missed, but step_only shows a loop could get there
+    }
+    assert targets["peak_memory_gib"] == {"value": 0.8, "target": "< 1.5", "met": True}
 
 
 def test_bad_replica_list_is_a_user_error():
