@@ -117,8 +117,8 @@ class StepRunner:
         self.epoch_steps.assign_add(tf.cast(done, tf.int64))
         return losses.stack(), counts.stack()
 
-    def _test_pass(self, dist_dataset):
-        for images, labels in dist_dataset:
+    def _test_pass(self, iterator):
+        for images, labels in iterator:
             self.strategy.run(self.replica_test_step, args=(images, labels))
 
     # --- plain-Python views -------------------------------------------------------------
@@ -126,7 +126,9 @@ class StepRunner:
     def run_test(self, dist_dataset) -> tuple[float, float]:
         self.test_loss.reset_state()
         self.test_accuracy.reset_state()
-        self.test_pass(dist_dataset)
+        # The iterator is made here, eagerly: made inside the tf.function, it would read
+        # the dataset's options in graph mode, and TensorFlow warns about that in the run log.
+        self.test_pass(iter(dist_dataset))
         return float(self.test_loss.result()), float(self.test_accuracy.result())
 
     def end_epoch(self) -> tuple[float, float]:

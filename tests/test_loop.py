@@ -1,5 +1,7 @@
 """The inner loop: the tutorial's loss scaling makes every device set train alike."""
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -90,3 +92,22 @@ def test_steps_per_call_stop_cleanly_at_the_end_of_the_data(fmnist):
     assert int(runner.step.numpy()) == 4
     losses, counts = runner.train_steps(iterator, tf.constant(10))
     assert len(losses) == 0 and int(runner.step.numpy()) == 4
+
+
+def test_test_pass_sees_every_example_and_warns_nothing(fmnist):
+    config = TrainConfig(devices=cpus(2), global_batch=64, seed=3)
+    strategy = devices.make_strategy(config.devices)
+    runner = StepRunner(strategy, config)
+    images, labels = fmnist.test_images[:200], fmnist.test_labels[:200]  # 3 full batches + 8
+    dist = inputs.distribute(strategy, lambda: inputs.in_memory(images, labels), global_batch=64,
+                             api="dataset", policy="auto", drop_remainder=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss, accuracy = runner.run_test(dist)
+    # TensorFlow warns when a distributed dataset is iterated inside a tf.function (it reads the
+    # dataset's options in graph mode); that warning used to show in every run's log.
+    assert not [w for w in caught if "tf.data options" in str(w.message)]
+    logits = runner.model(inputs.normalize(images, labels)[0], training=False).numpy()
+    assert accuracy == pytest.approx(float(np.mean(logits.argmax(axis=1) == labels)), abs=1e-6)
+    per_example = runner.loss_object(labels.astype("int32"), logits)
+    assert loss == pytest.approx(float(tf.reduce_mean(per_example)), rel=1e-5)
