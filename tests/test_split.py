@@ -95,3 +95,8 @@ def test_cli_split_json_prints_the_seed_table():
          "--replicas", "2", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
     )
     assert json.loads(out.stdout)["steps"] == [[[0, 1], [2, 3]], [[4], [5]]]
+
+
+@pytest.mark.parametrize("kw", [{}, {"api": "function"}, {"files": 3, "policy": "file"}])
+def test_one_replica_gets_every_batch_whole(kw):
+    assert plan(6, 4, 1, **kw)["steps"] == [[[0, 1, 2, 3]], [[4, 5]]]
