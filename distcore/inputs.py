@@ -65,8 +65,8 @@ def distribute(strategy, make_examples, *, global_batch: int, api: str, policy: 
     if one_cpu_replica(strategy):
         # One replica in one process gets every example whichever way the data is
         # distributed. PER_REPLICA input that stays on the host hands it a plain tf.data
-        # iterator instead of a MultiDeviceIterator, whose per-batch function calls cost
-        # about 8% of the CPU time of a 1-replica training step (README, "Benchmark").
+        # iterator instead of a MultiDeviceIterator, which made a 1-replica CPU step up to
+        # 9% slower in paired runs (README, "Performance").
         options = tf.distribute.InputOptions(
             experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
             experimental_fetch_to_device=False)

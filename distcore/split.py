@@ -62,6 +62,7 @@ def plan(config: SplitConfig, strategy=None, *, spent: list | None = None) -> di
         "drop_remainder": config.drop_remainder,
         "files": config.files,
         "workers": config.workers,
+        "plain_iterator": inputs.one_cpu_replica(strategy),
         "tf_messages": [line for line in captured() if any(k in line.lower() for k in _INTERESTING)],
     }
     result["notes"] = describe(result)
@@ -122,7 +123,13 @@ def describe(result: dict) -> list[str]:
     if workers > 1:
         notes.append(f"This is one of {workers} workers: it feeds {replicas // workers} of the {replicas} "
                      f"replicas, so its full share of a global batch of {g} is {share}.")
-    if result["api"] == "dataset":
+    if result.get("plain_iterator"):
+        notes.append(
+            "One CPU replica: it gets every batch whole, whichever API. distcore reads them through "
+            "distribute_datasets_from_function with PER_REPLICA input kept on the host "
+            "(tf.distribute.InputOptions): the same batches, from a plain tf.data iterator."
+        )
+    elif result["api"] == "dataset":
         notes.append(
             f"experimental_distribute_dataset: the dataset is batched by the global batch ({g}) and "
             f"TensorFlow re-batches every global batch into {replicas} per-replica pieces "

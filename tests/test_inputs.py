@@ -36,7 +36,7 @@ def test_one_cpu_replica_gets_the_tutorials_batches_from_a_plain_iterator(fmnist
     assert "MultiDevice" in type(iter(tutorial)._iterators[0]._iterator).__name__
 
 
-def test_two_replicas_keep_the_distributed_split(fmnist):
+def test_two_replicas_keep_the_distributed_split():
     strategy = devices.make_strategy(cpus(2))
     assert not inputs.one_cpu_replica(strategy)
     assert inputs.one_cpu_replica(devices.make_strategy(cpus(1)))

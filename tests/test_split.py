@@ -98,5 +98,8 @@ def test_cli_split_json_prints_the_seed_table():
 
 
 @pytest.mark.parametrize("kw", [{}, {"api": "function"}, {"files": 3, "policy": "file"}])
-def test_one_replica_gets_every_batch_whole(kw):
-    assert plan(6, 4, 1, **kw)["steps"] == [[[0, 1, 2, 3]], [[4, 5]]]
+def test_one_replica_gets_every_batch_whole_and_the_notes_say_how(kw):
+    one = plan(6, 4, 1, **kw)
+    assert one["steps"] == [[[0, 1, 2, 3]], [[4, 5]]]
+    assert "PER_REPLICA" in " ".join(one["notes"])
+    assert "PER_REPLICA" not in " ".join(plan(6, 4, 2, **kw)["notes"])
