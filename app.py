@@ -416,7 +416,13 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
     """Restore a checkpoint and evaluate it: (markdown, confusion figure, gallery items)."""
     try:
         run_dir = run_dir_of(settings, name)
-        if checkpoint not in runs.list_checkpoints(run_dir):
+        saved = runs.list_checkpoints(run_dir)
+        if not saved:
+            raise DistcoreError(f"run {run_dir.name!r} has no checkpoints yet.")
+        # None chosen: the newest, as the dropdown shows it. An Evaluate clicked right after
+        # ↻ Refresh can arrive before the refresh has filled the dropdown in.
+        checkpoint = checkpoint or saved[-1]
+        if checkpoint not in saved:
             raise DistcoreError(f"choose one of run {run_dir.name!r}'s checkpoints.")
         args = ["evaluate", "--run-dir", str(run_dir), "--checkpoint", checkpoint, "--details"]
         if mode == NO_STRATEGY:

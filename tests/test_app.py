@@ -149,6 +149,11 @@ def test_handlers_ask_for_a_run_when_none_is_picked(settings):
     assert "No run selected yet" in app.run_view(settings, None)[0]
 
 
+def test_evaluate_a_run_with_no_checkpoints_says_so(settings):
+    (settings.runs_root / "fresh").mkdir(parents=True)
+    assert "has no checkpoints yet" in app.evaluate(settings, "fresh", None, app.NO_STRATEGY, 2, [])[0]
+
+
 def test_loss_check(settings):
     text = app.loss_check(settings, 2, [], 64, 0)
     assert "Global batch 64 on 2 replicas" in text
@@ -201,6 +206,10 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     md, _, _ = app.evaluate(settings, "r1", ckpt, app.ON_DEVICES, 3, [])
     assert "cpu:0, cpu:1, cpu:2" in md
     assert is_error(app.evaluate(settings, "r1", "ckpt-999999", app.NO_STRATEGY, 2, [])[0])
+    # Evaluate clicked before the checkpoint dropdown was filled in: the newest checkpoint.
+    newest = runs.list_checkpoints(settings.runs_root / "r1")[-1]
+    md, _, _ = app.evaluate(settings, "r1", None, app.NO_STRATEGY, 2, [])
+    assert md.startswith("### Accuracy") and f"{newest} (step {runs.checkpoint_step(newest)})" in md
 
     step = runs.checkpoint_step(ckpt)
     text, _ = app.resume_run(settings, lock, "r1", 1, step + 5)

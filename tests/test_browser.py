@@ -139,11 +139,15 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     shot(page, tmp_path, "3-stopped")
 
     page.get_by_role("tab", name="3 · Evaluate").click()
+    # Evaluate clicked at once after Refresh, before the checkpoint dropdown is filled in,
+    # as a person does: it evaluates the newest checkpoint, the one the dropdown then shows.
     page.get_by_role("button", name="↻ Refresh").click()
-    expect(page.get_by_role("combobox", name="Checkpoint", exact=True)).to_have_value(re.compile(r"ckpt-\d+"), timeout=30_000)
     page.get_by_role("button", name="Evaluate checkpoint").click()
     result = page.get_by_text(re.compile(r"Accuracy \d+\.\d+%"))
     expect(result).to_be_visible(timeout=180_000)
+    checkpoint = page.get_by_role("combobox", name="Checkpoint", exact=True)
+    expect(checkpoint).to_have_value(re.compile(r"ckpt-\d+"), timeout=30_000)
+    expect(page.get_by_text(f"{checkpoint.input_value()} (step")).to_be_visible()
     accuracy = float(re.search(r"Accuracy (\d+\.\d+)%", result.inner_text()).group(1))
     assert 10 < accuracy <= 100, "a model trained for a few hundred steps beats chance"
     expect(page.get_by_text(re.compile("^[✓✗] ")).first).to_be_visible()
