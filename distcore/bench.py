@@ -34,7 +34,9 @@ process; and the split visualiser's time for a 64-step, 8-replica plan.
 
 Each speed target is reported next to what step_only reached in the same run:
 no loop over these kernels does better, so a target above it is out of reach
-for any loop on this machine, and the profile says what the step spends.
+for any loop on this machine. A tf.profiler trace of step_only and of
+distcore's loop at each replica count says what a step spends, and how much
+longer distcore's step takes than step_only's, measured in one process.
 
 The orchestrating process never imports TensorFlow; workers are
 `python -m distcore.bench --worker KIND ...` and print JSON lines.
@@ -43,6 +45,7 @@ The orchestrating process never imports TensorFlow; workers are
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -121,9 +124,10 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
     for row in results:
         row["ceiling_share"] = round(row["distcore"] / ceiling_eps, 3)
         row["step_only_ceiling_share"] = round(row["step_only"] / ceiling_eps, 3)
-    profiled = 2 if 2 in replicas else replicas[0]
-    log(f"profile of step_only on {profiled} replica(s) ...")
-    profile = worker("profile", "--replicas", profiled, *(["--steps", 5, "--quick"] if quick else ["--steps", 40]))
+    profiles = []
+    for r in replicas:
+        log(f"profile of step_only and distcore's loop on {r} replica(s) ...")
+        profiles.append(worker("profile", "--replicas", r, *(["--steps", 5, "--quick"] if quick else ["--steps", 40])))
     log("split visualiser: 64-step, 8-replica plan ...")
     split = worker("split")
     report = {
@@ -137,7 +141,7 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
         "first_step_seconds": process["first_step_seconds"],
         "split_plan_seconds": split["first_plan_seconds"],
         "split": split,
-        "step_profile": profile,
+        "step_profiles": profiles,
         "settings": {"replicas": list(replicas), "steps": steps, "repeats": repeats, "warmup": warmup,
                      "per_replica_batch": PER_REPLICA_BATCH, "memory_steps": memory_steps, "quick": quick,
                      "same_threads": same_threads},
@@ -347,7 +351,7 @@ def format_report(report: dict) -> str:
         lines.append(f"{row['replicas']:>8} " + " ".join(f"{name} {cpu[name]:.0f}" for name in MEASURED)
                      + f"  -> tutorial/distcore {row['vs_tutorial_cpu']:.2f}x, keras_fit/distcore "
                      f"{row['vs_keras_fit_cpu']:.2f}x")
-    c, p = report["ceiling_detail"], report["step_profile"]
+    c = report["ceiling_detail"]
     lines += ["",
               f"ceiling: {c['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s ({c['matmul_size']}x{c['matmul_size']} "
               f"float32 matmul, best of {len(c['matmul_samples'])}) / {c['flops_per_example'] / 1e6:.2f} MFLOP per example = "
@@ -355,9 +359,13 @@ def format_report(report: dict) -> str:
               "the model's Conv2D/Dense layers alone, forward + backward at batch 64: " + ", ".join(
                   f"{x['layer']} {x['ms']:.2f} ms ({x['gflops_per_sec']:.0f} GFLOP/s)" for x in c["layer_profile"]["layers"])
               + f" -> at most {c['layer_profile']['kernels_examples_per_sec']:.0f} examples/s on one replica",
-              f"profile of step_only, {p['replicas']} replica(s): {p['step_ms']} ms a step; the compute threads "
-              f"are busy {p['busy_thread_ms_per_step']} ms a step in all, {100 * (p['conv_share_of_busy'] or 0):.0f}% "
-              f"of it in the convolutions",
+              "profiles (fastest trace of each: ms a global step; the compute threads' busy ms a step in all; "
+              "the convolutions' share of that):",
+              *(f"{p['replicas']:>8} " + "; ".join(
+                  f"{name} {p[name]['step_ms']} ms, busy {p[name]['busy_thread_ms_per_step']} ms, "
+                  f"{100 * (p[name]['conv_share_of_busy'] or 0):.0f}% conv" for name in ("step_only", "distcore"))
+                + f"  -> distcore's step {p['distcore_step_vs_step_only']:.2f}x step_only's"
+                for p in report["step_profiles"]),
               f"train process ({report['train_process']['replicas']} replicas, "
               f"{report['train_process']['steps']} steps): peak RSS {report['peak_memory_gib']:.2f} GiB, "
               f"first step record {report['first_step_seconds']:.2f} s after launch (start event at "
@@ -513,38 +521,53 @@ def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int =
 
 
 def worker_profile(replicas: int, steps: int = 40, traces: int = 3) -> dict:
-    """Where `step_only`'s time goes: `traces` tf.profiler traces of `steps` steps each,
-    with the compute threads' busy time and the convolution kernels' part of it.
+    """Where a step's time goes, for `step_only` and for distcore's own loop (StepRunner
+    fed by inputs.distribute) on the same devices: `traces` tf.profiler traces of `steps`
+    steps each, around the timed steps only (after the warm-up, so a fresh iterator's
+    shuffle-buffer fill and its teardown stay outside).
 
-    The fastest trace is kept: like the ceiling (the best matmul seen), it is the one
-    least slowed by other load on the machine.
+    For each: the time a global step takes, the compute threads' busy time per step and
+    the convolution kernels' part of it. The fastest trace of each is kept: like the
+    ceiling (the best matmul seen), it is the one least slowed by other load on the
+    machine. distcore's step time over step_only's is what the loop and its input cost,
+    measured in one process rather than as a ratio of two noisy rates.
     """
     from . import data as data_lib
     from . import devices
 
     strategy = devices.make_strategy(devices.resolve(replicas=replicas))
-    contender = StepOnly(strategy, data_lib.load())
-    contender.measure(10, 2)  # traced before the profile starts
-    wall, busy, conv = min(profile_trace(contender, steps) for _ in range(traces))
-    return {"replicas": replicas, "steps": steps, "traces": traces, "step_ms": round(1e3 * wall / steps, 2),
-            "busy_thread_ms_per_step": round(1e3 * busy / steps, 2), "conv_ms_per_step": round(1e3 * conv / steps, 2),
-            "conv_share_of_busy": round(conv / busy, 3) if busy else None}
+    data = data_lib.load()
+    contenders = {"step_only": StepOnly(strategy, data), "distcore": Distcore(strategy, data)}
+    for contender in contenders.values():
+        contender.measure(10, 2)  # traced before the profile starts
+    best = {name: min(profile_trace(c, steps) for _ in range(traces)) for name, c in contenders.items()}
+    out = {"replicas": replicas, "steps": steps, "traces": traces}
+    for name, (step, busy, conv) in best.items():
+        out[name] = {"step_ms": round(1e3 * step, 2), "busy_thread_ms_per_step": round(1e3 * busy / steps, 2),
+                     "conv_ms_per_step": round(1e3 * conv / steps, 2),
+                     "conv_share_of_busy": round(conv / busy, 3) if busy else None}
+    out["distcore_step_vs_step_only"] = round(best["distcore"][0] / best["step_only"][0], 3)
+    return out
 
 
-def profile_trace(contender, steps: int) -> tuple[float, float, float]:
-    """One tf.profiler trace of `steps` steps: wall seconds, the compute threads' busy
-    seconds, and the convolution kernels' seconds."""
+def profile_trace(contender, steps: int, warmup: int = 2) -> tuple[float, float, float]:
+    """One tf.profiler trace around `steps` timed steps: seconds a global step, the
+    compute threads' busy seconds, and the convolution kernels' seconds."""
     import glob
 
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    with tempfile.TemporaryDirectory() as logdir:
+    @contextlib.contextmanager
+    def traced():
         tf.profiler.experimental.start(logdir)
-        started = time.perf_counter()
-        contender.measure(steps, 0)
-        wall = time.perf_counter() - started
-        tf.profiler.experimental.stop()
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
+
+    with tempfile.TemporaryDirectory() as logdir:
+        rate, _ = contender.measure(steps, warmup, timed=traced)
         space = xplane_pb2.XSpace()
         space.ParseFromString(Path(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0]).read_bytes())
     busy = conv = 0.0
@@ -557,7 +580,8 @@ def profile_trace(contender, steps: int) -> tuple[float, float, float]:
                     busy += event.duration_ps / 1e12
                 elif "Conv2D" in name:  # "<op name>:<kernel>", forward and both gradients
                     conv += event.duration_ps / 1e12
-    return wall, busy, conv
+    global_batch = PER_REPLICA_BATCH * contender.strategy.num_replicas_in_sync
+    return global_batch / rate, busy, conv
 
 
 def worker_split() -> dict:
@@ -658,7 +682,7 @@ class Distcore:
         self.optimizer = self.runner.optimizer
         self.epoch = 0
 
-    def measure(self, steps: int, warmup: int) -> float:
+    def measure(self, steps: int, warmup: int, timed=contextlib.nullcontext) -> tuple[float, float]:
         import tensorflow as tf
 
         from . import inputs
@@ -685,8 +709,9 @@ class Distcore:
             return examples
 
         run_steps(warmup)
-        clock = Clock()
-        return clock.rate(run_steps(steps))
+        with timed():
+            clock = Clock()
+            return clock.rate(run_steps(steps))
 
 
 class Tutorial:
@@ -841,7 +866,7 @@ class StepOnly:
 
         self.steps = steps
 
-    def measure(self, steps: int, warmup: int) -> float:
+    def measure(self, steps: int, warmup: int, timed=contextlib.nullcontext) -> tuple[float, float]:
         import tensorflow as tf
 
         def run_steps(n):
@@ -852,9 +877,10 @@ class StepOnly:
                 done += k
 
         run_steps(warmup)
-        clock = Clock()
-        run_steps(steps)
-        return clock.rate(steps * PER_REPLICA_BATCH * self.strategy.num_replicas_in_sync)
+        with timed():
+            clock = Clock()
+            run_steps(steps)
+            return clock.rate(steps * PER_REPLICA_BATCH * self.strategy.num_replicas_in_sync)
 
 
 def worker_main(argv=None) -> int:

@@ -45,9 +45,15 @@ def test_bench_json_shape_and_positive_numbers():
     assert detail["matmul_flops_per_sec"] > 1e9
     assert 0 < report["peak_memory_gib"] < 24
     assert 0 < report["first_step_seconds"] < 120
-    profile = report["step_profile"]
-    assert profile["replicas"] == 2 and profile["step_ms"] > 0
-    assert 0 < profile["conv_ms_per_step"] < profile["busy_thread_ms_per_step"]  # the kernels nest in the threads' work
+    # A profile at each replica count, of step_only and of distcore's own loop.
+    assert [p["replicas"] for p in report["step_profiles"]] == [1, 2]
+    for profile in report["step_profiles"]:
+        for name in ("step_only", "distcore"):
+            traced = profile[name]
+            assert traced["step_ms"] > 0
+            assert 0 < traced["conv_ms_per_step"] < traced["busy_thread_ms_per_step"]  # kernels nest in the threads' work
+        ratio = profile["distcore"]["step_ms"] / profile["step_only"]["step_ms"]  # of the rounded step times
+        assert abs(profile["distcore_step_vs_step_only"] - ratio) < 0.01
     assert report["split"]["steps"] == 64 and 0 < report["split_plan_seconds"] < 60
     assert report["machine"]["cores"] >= 1 and report["machine"]["tensorflow"]
     assert set(report["targets"]) >= {"ceiling_share@1", "vs_tutorial@2", "vs_keras_fit@1", "peak_memory_gib",
