@@ -34,9 +34,10 @@ process; and the split visualiser's time for a 64-step, 8-replica plan.
 
 Each speed target is reported next to what step_only reached in the same run:
 no loop over these kernels does better, so a target above it is out of reach
-for any loop on this machine. A tf.profiler trace of step_only and of
-distcore's loop at each replica count says what a step spends, and how much
-longer distcore's step takes than step_only's, measured in one process.
+for any loop on this machine. At each replica count, step_only and distcore's
+loop also take turns in one process (fastest of several rounds): how much
+longer distcore's step takes is what the loop and its input cost. A tf.profiler
+trace of each says what a step spends.
 
 The orchestrating process never imports TensorFlow; workers are
 `python -m distcore.bench --worker KIND ...` and print JSON lines.
@@ -359,11 +360,12 @@ def format_report(report: dict) -> str:
               "the model's Conv2D/Dense layers alone, forward + backward at batch 64: " + ", ".join(
                   f"{x['layer']} {x['ms']:.2f} ms ({x['gflops_per_sec']:.0f} GFLOP/s)" for x in c["layer_profile"]["layers"])
               + f" -> at most {c['layer_profile']['kernels_examples_per_sec']:.0f} examples/s on one replica",
-              "profiles (fastest trace of each: ms a global step; the compute threads' busy ms a step in all; "
-              "the convolutions' share of that):",
+              "a step, in one process (ms a global step, fastest of the untraced rounds; then from the fastest "
+              "tf.profiler trace: the compute threads' busy ms a step in all, the convolutions' share of that):",
               *(f"{p['replicas']:>8} " + "; ".join(
-                  f"{name} {p[name]['step_ms']} ms, busy {p[name]['busy_thread_ms_per_step']} ms, "
-                  f"{100 * (p[name]['conv_share_of_busy'] or 0):.0f}% conv" for name in ("step_only", "distcore"))
+                  f"{name} {p[name]['step_ms']} ms (traced {p[name]['traced_step_ms']}), busy "
+                  f"{p[name]['busy_thread_ms_per_step']} ms, {100 * (p[name]['conv_share_of_busy'] or 0):.0f}% conv"
+                  for name in ("step_only", "distcore"))
                 + f"  -> distcore's step {p['distcore_step_vs_step_only']:.2f}x step_only's"
                 for p in report["step_profiles"]),
               f"train process ({report['train_process']['replicas']} replicas, "
@@ -520,33 +522,42 @@ def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int =
     return {"batch": batch, "layers": layers, "kernels_examples_per_sec": round(batch / total, 1)}
 
 
-def worker_profile(replicas: int, steps: int = 40, traces: int = 3) -> dict:
-    """Where a step's time goes, for `step_only` and for distcore's own loop (StepRunner
-    fed by inputs.distribute) on the same devices: `traces` tf.profiler traces of `steps`
-    steps each, around the timed steps only (after the warm-up, so a fresh iterator's
-    shuffle-buffer fill and its teardown stay outside).
+def worker_profile(replicas: int, steps: int = 40, traces: int = 3, rounds: int = 6) -> dict:
+    """What a step costs, for `step_only` and for distcore's own loop (StepRunner fed by
+    inputs.distribute) on the same devices, in one process.
 
-    For each: the time a global step takes, the compute threads' busy time per step and
-    the convolution kernels' part of it. The fastest trace of each is kept: like the
-    ceiling (the best matmul seen), it is the one least slowed by other load on the
-    machine. distcore's step time over step_only's is what the loop and its input cost,
-    measured in one process rather than as a ratio of two noisy rates.
+    Step times come from `rounds` rounds of `steps` timed steps (after a short warm-up),
+    the two taking turns; the fastest of each is kept: like the ceiling (the best matmul
+    seen), it is the one least slowed by other load on the machine. Their ratio is what
+    the loop and its input cost. The rounds run with no profiler, as the bench's rounds
+    do; the traces' own step times are reported beside them.
+
+    `traces` tf.profiler traces of `steps` steps each (around the timed steps only, so a
+    fresh iterator's shuffle-buffer fill and its teardown stay outside) give the compute
+    threads' busy time per step and the convolution kernels' part of it; the fastest
+    trace of each is kept.
     """
     from . import data as data_lib
     from . import devices
 
     strategy = devices.make_strategy(devices.resolve(replicas=replicas))
     data = data_lib.load()
+    global_batch = PER_REPLICA_BATCH * replicas
     contenders = {"step_only": StepOnly(strategy, data), "distcore": Distcore(strategy, data)}
+    step_times = {name: [] for name in contenders}
     for contender in contenders.values():
-        contender.measure(10, 2)  # traced before the profile starts
-    best = {name: min(profile_trace(c, steps) for _ in range(traces)) for name, c in contenders.items()}
-    out = {"replicas": replicas, "steps": steps, "traces": traces}
-    for name, (step, busy, conv) in best.items():
-        out[name] = {"step_ms": round(1e3 * step, 2), "busy_thread_ms_per_step": round(1e3 * busy / steps, 2),
+        contender.measure(10, 2)  # traced before anything is timed
+    for _ in range(rounds):
+        for name, contender in contenders.items():
+            step_times[name].append(global_batch / contender.measure(steps, 2)[0])
+    out = {"replicas": replicas, "steps": steps, "rounds": rounds, "traces": traces}
+    for name, contender in contenders.items():
+        traced_step, busy, conv = min(profile_trace(contender, steps) for _ in range(traces))
+        out[name] = {"step_ms": round(1e3 * min(step_times[name]), 2), "traced_step_ms": round(1e3 * traced_step, 2),
+                     "busy_thread_ms_per_step": round(1e3 * busy / steps, 2),
                      "conv_ms_per_step": round(1e3 * conv / steps, 2),
                      "conv_share_of_busy": round(conv / busy, 3) if busy else None}
-    out["distcore_step_vs_step_only"] = round(best["distcore"][0] / best["step_only"][0], 3)
+    out["distcore_step_vs_step_only"] = round(min(step_times["distcore"]) / min(step_times["step_only"]), 3)
     return out
 
 
@@ -900,7 +911,7 @@ def worker_main(argv=None) -> int:
     if args.worker == "split":
         out = worker_split()
     elif args.worker == "profile":
-        out = worker_profile(args.replicas, args.steps, traces=1 if args.quick else 3)
+        out = worker_profile(args.replicas, args.steps, traces=1 if args.quick else 3, rounds=1 if args.quick else 6)
     else:
         out = worker_ceiling(quick=args.quick, profile=not args.no_profile)
     out["worker_peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)

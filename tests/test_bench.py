@@ -50,7 +50,7 @@ def test_bench_json_shape_and_positive_numbers():
     for profile in report["step_profiles"]:
         for name in ("step_only", "distcore"):
             traced = profile[name]
-            assert traced["step_ms"] > 0
+            assert traced["step_ms"] > 0 and traced["traced_step_ms"] > 0
             assert 0 < traced["conv_ms_per_step"] < traced["busy_thread_ms_per_step"]  # kernels nest in the threads' work
         ratio = profile["distcore"]["step_ms"] / profile["step_only"]["step_ms"]  # of the rounded step times
         assert abs(profile["distcore_step_vs_step_only"] - ratio) < 0.01
