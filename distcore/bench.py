@@ -546,7 +546,7 @@ def worker_profile(replicas: int, steps: int = 40, traces: int = 3, rounds: int 
     contenders = {"step_only": StepOnly(strategy, data), "distcore": Distcore(strategy, data)}
     step_times = {name: [] for name in contenders}
     for contender in contenders.values():
-        contender.measure(10, 2)  # traced before anything is timed
+        contender.measure(10, 2)  # tf.function tracing and graph building, before anything is timed
     for _ in range(rounds):
         for name, contender in contenders.items():
             step_times[name].append(global_batch / contender.measure(steps, 2)[0])

@@ -49,9 +49,9 @@ def test_bench_json_shape_and_positive_numbers():
     assert [p["replicas"] for p in report["step_profiles"]] == [1, 2]
     for profile in report["step_profiles"]:
         for name in ("step_only", "distcore"):
-            traced = profile[name]
-            assert traced["step_ms"] > 0 and traced["traced_step_ms"] > 0
-            assert 0 < traced["conv_ms_per_step"] < traced["busy_thread_ms_per_step"]  # kernels nest in the threads' work
+            measured = profile[name]
+            assert measured["step_ms"] > 0 and measured["traced_step_ms"] > 0
+            assert 0 < measured["conv_ms_per_step"] < measured["busy_thread_ms_per_step"]  # kernels nest in the threads' work
         ratio = profile["distcore"]["step_ms"] / profile["step_only"]["step_ms"]  # of the rounded step times
         assert abs(profile["distcore_step_vs_step_only"] - ratio) < 0.01
     assert report["split"]["steps"] == 64 and 0 < report["split_plan_seconds"] < 60
