@@ -542,14 +542,13 @@ def worker_profile(replicas: int, steps: int = 40, traces: int = 3, rounds: int 
 
     strategy = devices.make_strategy(devices.resolve(replicas=replicas))
     data = data_lib.load()
-    global_batch = PER_REPLICA_BATCH * replicas
     contenders = {"step_only": StepOnly(strategy, data), "distcore": Distcore(strategy, data)}
     step_times = {name: [] for name in contenders}
     for contender in contenders.values():
         contender.measure(10, 2)  # tf.function tracing and graph building, before anything is timed
     for _ in range(rounds):
         for name, contender in contenders.items():
-            step_times[name].append(global_batch / contender.measure(steps, 2)[0])
+            step_times[name].append(step_seconds(contender, steps))
     out = {"replicas": replicas, "steps": steps, "rounds": rounds, "traces": traces}
     for name, contender in contenders.items():
         traced_step, busy, conv = min(profile_trace(contender, steps) for _ in range(traces))
@@ -561,7 +560,13 @@ def worker_profile(replicas: int, steps: int = 40, traces: int = 3, rounds: int 
     return out
 
 
-def profile_trace(contender, steps: int, warmup: int = 2) -> tuple[float, float, float]:
+def step_seconds(contender, steps: int, warmup: int = 2, timed=contextlib.nullcontext) -> float:
+    """Seconds a global step takes over `steps` timed steps of `contender`."""
+    rate, _ = contender.measure(steps, warmup, timed=timed)
+    return PER_REPLICA_BATCH * contender.strategy.num_replicas_in_sync / rate
+
+
+def profile_trace(contender, steps: int) -> tuple[float, float, float]:
     """One tf.profiler trace around `steps` timed steps: seconds a global step, the
     compute threads' busy seconds, and the convolution kernels' seconds."""
     import glob
@@ -578,7 +583,7 @@ def profile_trace(contender, steps: int, warmup: int = 2) -> tuple[float, float,
             tf.profiler.experimental.stop()
 
     with tempfile.TemporaryDirectory() as logdir:
-        rate, _ = contender.measure(steps, warmup, timed=traced)
+        step = step_seconds(contender, steps, timed=traced)
         space = xplane_pb2.XSpace()
         space.ParseFromString(Path(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0]).read_bytes())
     busy = conv = 0.0
@@ -591,8 +596,7 @@ def profile_trace(contender, steps: int, warmup: int = 2) -> tuple[float, float,
                     busy += event.duration_ps / 1e12
                 elif "Conv2D" in name:  # "<op name>:<kernel>", forward and both gradients
                     conv += event.duration_ps / 1e12
-    global_batch = PER_REPLICA_BATCH * contender.strategy.num_replicas_in_sync
-    return global_batch / rate, busy, conv
+    return step, busy, conv
 
 
 def worker_split() -> dict:
