@@ -126,7 +126,7 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
 
     from . import data as data_lib, devices, inputs
     from .config import TrainConfig
-    from .model import create_model
+    from .model import create_model, forward
 
     config = TrainConfig.from_dict(runs.read_config(run_dir))
     newest = name is None
@@ -148,7 +148,7 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     def replica_step(images, labels):
-        logits = model(images, training=False)
+        logits = forward(model, images, training=False)
         loss_metric.update_state(loss_object(labels, logits))
         accuracy_metric.update_state(labels, logits)
         return tf.argmax(logits, axis=1, output_type=tf.int32), labels

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 from .config import TrainConfig
-from .model import create_model
+from .model import create_model, forward
 from .optimizer import create_optimizer
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -77,7 +77,7 @@ class StepRunner:
         local = tf.shape(labels)[0]
         global_batch = tf.distribute.get_replica_context().all_reduce(SUM, local)
         with tf.GradientTape() as tape:
-            logits = self.model(images, training=True)
+            logits = forward(self.model, images, training=True)
             loss = self.compute_loss(labels, logits, global_batch)
         grads = tape.gradient(loss, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
@@ -85,7 +85,7 @@ class StepRunner:
         return loss, local
 
     def replica_test_step(self, images, labels):
-        logits = self.model(images, training=False)
+        logits = forward(self.model, images, training=False)
         self.test_loss.update_state(self.loss_object(labels, logits))
         self.test_accuracy.update_state(labels, logits)
 

@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 
 from . import data as data_lib, devices, inputs
-from .model import create_model
+from .model import create_model, forward
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -35,7 +35,7 @@ def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None) ->
 
     def replica_fn(batch):
         x, y = batch
-        per_example = loss_object(y, model(x, training=False))
+        per_example = loss_object(y, forward(model, x, training=False))
         scaled = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         mean_metric.update_state(scaled)
         # tf.reduce_mean of an empty replica's batch is NaN; div_no_nan mirrors what

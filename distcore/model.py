@@ -33,6 +33,21 @@ def create_model(name: str = "cnn", l2: float = 0.0):
     return keras.Sequential([keras.Input(shape=(28, 28, 1)), *body], name=name)
 
 
+def forward(model, images, training: bool):
+    """The model's outputs for `images`, also when a replica's piece of the batch is empty.
+
+    A partial global batch can leave a replica with no examples, and TensorFlow's
+    oneDNN CPU kernels (its default on x86) fail on an empty batch inside a
+    convolution ("input depth must be evenly divisible by filter depth"). The model
+    then runs on one zero image whose row is dropped: no output, loss or gradient.
+    """
+    import tensorflow as tf
+
+    count = tf.shape(images)[0]
+    one_zero_image = lambda: tf.zeros(tf.concat([[1], tf.shape(images)[1:]], 0), images.dtype)  # noqa: E731
+    return model(tf.cond(count > 0, lambda: images, one_zero_image), training=training)[:count]
+
+
 def flops_per_example(model) -> int:
     """FLOPs of one training example: forward, plus backward (for Conv2D and Dense).
 

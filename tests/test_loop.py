@@ -16,13 +16,13 @@ def batch(fmnist, n, start=0):
     return fmnist.train_images[start:start + n], fmnist.train_labels[start:start + n]
 
 
-def first_step(fmnist, replicas, n=64, **overrides):
+def first_step(fmnist, replicas, n=64, global_batch=64, **overrides):
     """One step on the same global batch of n real images; returns (loss, count, weights)."""
-    config = TrainConfig(devices=cpus(replicas), global_batch=64, seed=3, **overrides)
+    config = TrainConfig(devices=cpus(replicas), global_batch=global_batch, seed=3, **overrides)
     strategy = devices.make_strategy(config.devices)
     runner = StepRunner(strategy, config)
     images, labels = batch(fmnist, n)
-    dist = inputs.distribute(strategy, lambda: inputs.in_memory(images, labels), global_batch=64,
+    dist = inputs.distribute(strategy, lambda: inputs.in_memory(images, labels), global_batch=global_batch,
                              api="dataset", policy="auto", drop_remainder=False)
     losses, counts = runner.train_steps(iter(dist), tf.constant(5))
     assert len(losses) == 1  # one batch in, one step out, then a clean stop
@@ -67,6 +67,19 @@ def test_partial_last_batch_is_divided_by_its_own_size(fmnist):
     loss, count, _ = first_step(fmnist, 4, n=40)
     assert count == 40
     assert loss == pytest.approx(single_device_mean_loss(fmnist, 40), rel=1e-5)
+
+
+@pytest.mark.parametrize("replicas,global_batch,n", [(3, 4, 2), (2, 2, 1)], ids=["2+0+0", "1+0"])
+def test_replicas_with_no_examples_train_like_one_device(fmnist, replicas, global_batch, n):
+    """A partial batch that leaves replicas empty: the CNN's oneDNN kernels fail on an
+    empty batch, so the step must not hand them one, and the empty replicas add nothing."""
+    loss, count, weights = first_step(fmnist, replicas, n=n, global_batch=global_batch, optimizer="sgd", learning_rate=0.1)
+    loss1, _, weights1 = first_step(fmnist, 1, n=n, global_batch=global_batch, optimizer="sgd", learning_rate=0.1)
+    assert count == n
+    assert loss == pytest.approx(loss1, rel=1e-5)
+    assert loss1 == pytest.approx(single_device_mean_loss(fmnist, n, optimizer="sgd", learning_rate=0.1), rel=1e-5)
+    for w, w1 in zip(weights, weights1):
+        np.testing.assert_allclose(w, w1, rtol=1e-4, atol=2e-6)
 
 
 def test_l2_penalty_is_counted_once_whatever_the_replica_count(fmnist):
