@@ -86,7 +86,8 @@ class Controller:
         if resume:
             self.resumed_from = self.saver.restore_latest(on_fallback=fallbacks.append)
             if self.task.is_chief:  # steps after the checkpoint were lost; so are their records
-                runs.truncate_metrics(self.write_dir, int(self.runner.step.numpy()))
+                runs.truncate_metrics(self.write_dir, int(self.runner.step.numpy()),
+                                      epochs=int(self.runner.epoch.numpy()))
         self.metrics = runs.MetricsLog(self.write_dir)
         for message in fallbacks:
             self.log_event("fallback", message)
@@ -194,6 +195,9 @@ class Controller:
         """Train until the epoch's data runs out, the step limit, or a stop request."""
         epoch = int(self.runner.epoch.numpy())
         step = int(self.runner.step.numpy())
+        if self.epoch_done():  # a checkpoint of older distcore, saved before the epoch was closed
+            self.end_epoch(epoch + 1, step)
+            return
         examples = train_examples(self.config, self.data, epoch, int(self.runner.epoch_steps.numpy()))
         dist = inputs.distribute(self.strategy, examples, global_batch=self.config.global_batch,
                                  api=self.config.api, policy=self.config.policy,
@@ -211,13 +215,17 @@ class Controller:
                 step += len(losses)
                 self.set_status("running", epoch=epoch + 1, examples_per_sec=float(counts.sum() / elapsed),
                                 eta_seconds=max(total - step, 0) * elapsed / len(losses))
-            if len(losses) < chunk:  # the iterator ran out: that was the whole epoch
+            # Closed before any checkpoint of this step is saved: a checkpoint of the epoch's
+            # last step must hold the closed epoch, or a resume from it retrains nothing.
+            if len(losses) < chunk or self.epoch_done():  # the iterator ran out, or is about to
                 self.end_epoch(epoch + 1, step)
                 return
             if self.config.checkpoint_every and step % self.config.checkpoint_every == 0:
                 self.save_checkpoint(step)
-        if int(self.runner.epoch_steps.numpy()) == self.config.steps_per_epoch():
-            self.end_epoch(epoch + 1, step)  # the step limit fell exactly on the epoch's end
+
+    def epoch_done(self) -> bool:
+        """True when every batch of the current epoch has been trained on."""
+        return int(self.runner.epoch_steps.numpy()) == self.config.steps_per_epoch()
 
     def steps_to_boundary(self, step: int) -> int:
         """Chunks end on multiples of steps_per_loop; a process's very first chunk is one

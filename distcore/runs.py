@@ -171,14 +171,16 @@ def record_failure(run_dir, message: str) -> None:
         log.close()
 
 
-def truncate_metrics(run_dir, step: int) -> int:
-    """Drop step and epoch records beyond `step` (training a resume rolls back over);
-    events stay, as history. Rewritten atomically. Returns how many were dropped."""
+def truncate_metrics(run_dir, step: int, epochs: int | None = None) -> int:
+    """Drop step and epoch records beyond `step` (training a resume rolls back over), and
+    records of epochs after the first `epochs` (not closed in the restored checkpoint:
+    the resume closes them again); events stay, as history. Rewritten atomically.
+    Returns how many were dropped."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return 0
     records = read_metrics(run_dir)
-    keep = [r for r in records if "event" in r or r.get("step", 0) <= step]
+    keep = [r for r in records if "event" in r or (r.get("step", 0) <= step and not reopened(r, epochs))]
     torn = not path.read_text().endswith("\n")  # a writer killed mid-line
     if len(keep) == len(records) and not torn:
         return 0
@@ -186,3 +188,8 @@ def truncate_metrics(run_dir, step: int) -> int:
     tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
     os.replace(tmp, path)
     return len(records) - len(keep)
+
+
+def reopened(record: dict, epochs: int | None) -> bool:
+    """An epoch record of an epoch after the first `epochs`."""
+    return epochs is not None and "train_loss" in record and record.get("epoch", 0) > epochs
