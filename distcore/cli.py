@@ -242,17 +242,22 @@ TRAIN_FLAGS = ("global_batch", "epochs", "max_steps", "seed", "steps_per_loop", 
                "test_examples", "data_dir")
 
 
-def train_config(args) -> TrainConfig:
-    from . import controller, devices
+def train_flags(args) -> dict:
+    """The training flags given; the others keep their defaults (or a resumed run's values)."""
+    return {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
 
-    given = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
+
+def train_config(args) -> TrainConfig:
+    from . import devices
+
+    given = train_flags(args)
     if getattr(args, "multi_worker", False):
         given["workers"] = cluster.current_task().workers
         given["devices"] = devices.worker_devices()
     elif args.replicas is not None or args.devices is not None:
         given["devices"] = device_names(args)
     if args.resume:
-        return controller.resume_config(args.run_dir, given)
+        return runs.resume_config(args.run_dir, given)
     given.setdefault("devices", device_names(args))
     return TrainConfig(**given)
 
@@ -260,6 +265,8 @@ def train_config(args) -> TrainConfig:
 def cmd_train(args) -> int:
     from .stopping import StopFlag
 
+    if args.resume:  # refused before this process claims the run, so a refusal leaves its status as it was
+        runs.resume_config(args.run_dir, train_flags(args))
     stop = StopFlag(args.run_dir).install()  # before TensorFlow loads: a stop now ends at once
     stop.announce(args.resume)
     try:
@@ -289,6 +296,8 @@ def cmd_cluster(args) -> int:
         raise DistcoreError(
             f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
             "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica.")
+    if args.resume:  # refused here, before any worker starts (a worker refusing alone would fail the run)
+        runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers})
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
     outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
                              gpus_per_worker=per_worker if gpus else 0)

@@ -42,20 +42,9 @@ def test_dataset(strategy, config: TrainConfig, data):
                              policy=config.policy, drop_remainder=False)
 
 
-def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
-    """The saved run's configuration with `overrides` applied, refusing changes that
-    would make its checkpoints mean something else (model, batch, optimizer, ...)."""
-    saved = TrainConfig.from_dict(runs.read_config(run_dir))
-    wanted = saved.replace(**(overrides or {}))
-    conflicts = wanted.resume_conflicts(saved)
-    if conflicts:
-        changes = ", ".join(f"{k} {getattr(saved, k)!r} -> {getattr(wanted, k)!r}" for k in conflicts)
-        raise DistcoreError(
-            f"cannot resume {run_dir} with a changed configuration ({changes}); its checkpoints were "
-            f"trained with the saved values. Only {', '.join(TrainConfig.RESUMABLE)} may change; "
-            "start a new run for the rest."
-        )
-    return wanted
+# The one check of a resume lives with the run directories (no TensorFlow there), so the
+# cluster launcher and the app can make it before they start any process.
+resume_config = runs.resume_config
 
 
 class Controller:

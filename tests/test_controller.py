@@ -130,6 +130,20 @@ def test_resume_can_extend_but_not_change_the_model(tmp_path):
     assert runs.read_config(tmp_path / "r")["devices"] == list(cpus(3))
 
 
+def test_a_resume_with_nothing_left_to_train_is_refused(uninterrupted):
+    before = (uninterrupted / "config.json").read_text()
+    for same in ({}, {"epochs": 2}, {"steps_per_loop": 8}):
+        with pytest.raises(DistcoreError, match=r"run whole already finished at step 32 of 32; raise epochs"):
+            resume_config(uninterrupted, same)
+    with pytest.raises(DistcoreError, match=r"epochs 1 .*16 steps.*already trained 32 \(ckpt-32\).*epochs of at "
+                                            r"least 3, and max steps 0 \(no limit\) or more than 32"):
+        resume_config(uninterrupted, {"epochs": 1})
+    with pytest.raises(DistcoreError, match=r"max steps 20: that makes 20 steps.*already trained 32"):
+        resume_config(uninterrupted, {"max_steps": 20})
+    assert resume_config(uninterrupted, {"epochs": 3}).total_steps() == 48
+    assert (uninterrupted / "config.json").read_text() == before
+
+
 def test_a_used_run_directory_is_not_overwritten(tmp_path):
     Controller(small(epochs=1, max_steps=2), tmp_path / "r").run()
     with pytest.raises(DistcoreError, match="already holds a run"):
