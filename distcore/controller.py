@@ -71,9 +71,9 @@ class Controller:
         self.runner = StepRunner(self.strategy, config)
         self.saver = checkpoints.Saver(self.runner.checkpoint(), self.write_dir / "checkpoints",
                                        read_folder=self.run_dir / "checkpoints")
-        self.resumed_from, fallbacks = None, []
+        self.resume, self.resumed_from, fallbacks = resume, None, []
         if resume:
-            self.resumed_from = self.saver.restore_latest(on_fallback=fallbacks.append)
+            self.resumed_from = self.restore(fallbacks.append)
             if self.task.is_chief:  # steps after the checkpoint were lost; so are their records
                 runs.truncate_metrics(self.write_dir, int(self.runner.step.numpy()),
                                       epochs=int(self.runner.epoch.numpy()))
@@ -84,6 +84,14 @@ class Controller:
         self.test_data = test_dataset(self.strategy, config, self.data)
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
         self.first_chunk_done = False
+
+    def restore(self, on_fallback) -> str | None:
+        """Restore the newest intact checkpoint and return its name; None for a run that
+        stopped or failed before it saved one, which then trains again from step 0."""
+        never_saved = not any(r.get("event") == "checkpoint" for r in runs.read_metrics(self.run_dir))
+        if never_saved and not runs.list_checkpoints(self.run_dir):
+            return None
+        return self.saver.restore_latest(on_fallback=on_fallback)  # saved ones that are gone: an error
 
     def prepare_dir(self, resume: bool) -> None:
         config_path = self.run_dir / "config.json"
@@ -140,9 +148,7 @@ class Controller:
     def run(self) -> dict:
         step = int(self.runner.step.numpy())
         total = self.config.total_steps()
-        self.log_event("resume" if self.resumed_from else "start",
-                       f"resumed from {self.resumed_from} at step {step}" if self.resumed_from else
-                       f"training {total} steps on {self.where()}")
+        self.log_event(*self.start_event(step, total))
         self.set_status("running")
         self.stop.training = True  # from here a stop request waits for a checkpoint
         try:
@@ -170,6 +176,14 @@ class Controller:
             self.writer.close()
             if not self.task.is_chief:
                 shutil.rmtree(self.write_dir, ignore_errors=True)
+
+    def start_event(self, step: int, total: int) -> tuple[str, str]:
+        if self.resumed_from:
+            return "resume", f"resumed from {self.resumed_from} at step {step}"
+        if self.resume:
+            return "resume", (f"no checkpoint to resume from (the run stopped or failed before saving one): "
+                              f"training from step 0, {total} steps on {self.where()}")
+        return "start", f"training {total} steps on {self.where()}"
 
     def where(self) -> str:
         local = ", ".join(self.config.devices)

@@ -130,6 +130,31 @@ def test_resume_can_extend_but_not_change_the_model(tmp_path):
     assert runs.read_config(tmp_path / "r")["devices"] == list(cpus(3))
 
 
+def test_a_run_that_failed_before_its_first_checkpoint_resumes_from_step_0(tmp_path, uninterrupted):
+    def fail_at_step_10(record):
+        if record.get("step") == 10 and "loss" in record:
+            raise OSError("the disk went away")
+
+    run_dir = tmp_path / "r"
+    with pytest.raises(OSError):
+        Controller(small(), run_dir, on_record=fail_at_step_10).run()
+    assert runs.read_status(run_dir)["state"] == "failed" and runs.list_checkpoints(run_dir) == []
+    assert runs.last_logged_step(run_dir) == 10
+
+    resumed = Controller(resume_config(run_dir), run_dir, resume=True).run()
+    assert resumed == {"state": "finished", "step": 32, "total_steps": 32}
+    assert [r["step"] for r in runs.read_metrics(run_dir) if "loss" in r] == list(range(1, 33))
+    assert_same_run(uninterrupted, run_dir)
+    said = [r for r in runs.read_metrics(run_dir) if r.get("event") == "resume"]
+    assert said[0]["step"] == 0 and "no checkpoint to resume from" in said[0]["message"]
+
+    # Checkpoints that were saved and are gone are a loss to report, not a reason to start over.
+    for path in (run_dir / "checkpoints").iterdir():
+        path.unlink()
+    with pytest.raises(DistcoreError, match="holds no checkpoint to restore"):
+        Controller(resume_config(run_dir, {"epochs": 3}), run_dir, resume=True)
+
+
 def test_a_resume_with_nothing_left_to_train_is_refused(uninterrupted):
     before = (uninterrupted / "config.json").read_text()
     for same in ({}, {"epochs": 2}, {"steps_per_loop": 8}):
