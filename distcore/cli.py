@@ -146,6 +146,9 @@ def cmd_split(args) -> int:
     request = {"examples": args.examples, "global_batch": args.global_batch, "policy": args.policy,
                "api": args.api, "drop_remainder": args.drop_remainder, "files": args.files}
     workers = check_int("workers", args.workers, high=16)
+    if workers > 1:
+        refuse_device_flags(args, f"--workers {workers}", f"for {args.replicas} replicas on CPU use --workers "
+                            f"{args.replicas}" if args.replicas else "on CPU each worker is one replica")
     if workers > 1 and not args.multi_worker:
         return split_on_workers(args, workers)
     if args.multi_worker:
@@ -162,6 +165,16 @@ def cmd_split(args) -> int:
         return 0
     print_plan(plan)
     return 0
+
+
+def refuse_device_flags(args, workers_flag: str, instead: str) -> None:
+    """--replicas and --devices pick the device set of one process; a worker of a cluster
+    has its own, so they would be ignored: say so rather than run something else."""
+    for flag, value in (("--replicas", args.replicas), ("--devices", args.devices)):
+        if value is not None:
+            raise DistcoreError(
+                f"{flag} {value} does not apply with {workers_flag}: each worker process has its own devices "
+                f"(MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop {flag}; {instead}.")
 
 
 def print_plan(plan: dict, prefix: str = "") -> None:
@@ -265,6 +278,9 @@ def train_config(args) -> TrainConfig:
 def cmd_train(args) -> int:
     from .stopping import StopFlag
 
+    if args.multi_worker:
+        refuse_device_flags(args, "--multi-worker",
+                            "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
     if args.resume:  # refused before this process claims the run, so a refusal leaves its status as it was
         runs.resume_config(args.run_dir, train_flags(args))
     stop = StopFlag(args.run_dir).install()  # before TensorFlow loads: a stop now ends at once

@@ -39,6 +39,21 @@ def test_user_errors_exit_2_with_a_message_and_json():
     assert "Traceback" not in result.stderr
 
 
+def test_replicas_are_refused_with_workers_and_the_message_says_what_to_use():
+    result = cli("split", "--workers", "2", "--replicas", "4", "--examples", "8", "--global-batch", "4")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --replicas 4 does not apply with --workers 2: each worker process has its own devices "
+        "(MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop --replicas; "
+        "for 4 replicas on CPU use --workers 4.")
+    result = cli("train", "--multi-worker", "--run-dir", "/tmp/x", "--devices", "cpu:0,cpu:1")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --devices cpu:0,cpu:1 does not apply with --multi-worker: each worker process has its own "
+        "devices (MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop --devices; "
+        "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs.")
+
+
 def test_devices_json():
     info = json.loads(cli("devices", "--json", check=True).stdout)
     assert info["tensorflow"].startswith("2.") and info["default"]
