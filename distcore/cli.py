@@ -147,8 +147,9 @@ def cmd_split(args) -> int:
                "api": args.api, "drop_remainder": args.drop_remainder, "files": args.files}
     workers = check_int("workers", args.workers, high=16)
     if workers > 1:
-        refuse_device_flags(args, f"--workers {workers}", f"for {args.replicas} replicas on CPU use --workers "
-                            f"{args.replicas}" if args.replicas else "on CPU each worker is one replica")
+        instead = (f"for {args.replicas} replicas on CPU use --workers {args.replicas}" if args.replicas
+                   else "on CPU each worker is one replica")
+        refuse_device_flags(args, f"--workers {workers}", instead)
     if workers > 1 and not args.multi_worker:
         return split_on_workers(args, workers)
     if args.multi_worker:
