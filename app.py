@@ -276,14 +276,16 @@ def resume_run(settings: AppSettings, lock, name, epochs, max_steps):
             extend["epochs"] = int(epochs)
         if max_steps and int(max_steps) > int(saved.get("max_steps") or 0):
             extend["max_steps"] = int(max_steps)
+        runs.resume_config(run_dir, extend)  # refused here, before any process starts, as the CLI does
         with lock:
             check_job_limit(settings)
             pid = jobs.start_training(settings.runs_root, run_dir.name, jobs.options_to_args(extend),
                                       resume=True, workers=int(saved.get("workers") or 1))
     except (DistcoreError, ValueError) as e:
         return error_md(e), gr.skip()
-    latest = runs.list_checkpoints(run_dir)[-1]
-    return (f"Resuming **{run_dir.name}** from {latest} (process {pid}).",
+    saved_ones = runs.list_checkpoints(run_dir)
+    where = f"from {saved_ones[-1]}" if saved_ones else "from step 0 (it has no checkpoint yet)"
+    return (f"Resuming **{run_dir.name}** {where} (process {pid}).",
             run_dropdown(settings, run_dir.name))
 
 

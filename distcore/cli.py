@@ -146,6 +146,10 @@ def cmd_split(args) -> int:
     request = {"examples": args.examples, "global_batch": args.global_batch, "policy": args.policy,
                "api": args.api, "drop_remainder": args.drop_remainder, "files": args.files}
     workers = check_int("workers", args.workers, high=16)
+    if workers > 1:
+        instead = (f"for {args.replicas} replicas on CPU use --workers {args.replicas}" if args.replicas
+                   else "on CPU each worker is one replica")
+        refuse_device_flags(args, f"--workers {workers}", instead)
     if workers > 1 and not args.multi_worker:
         return split_on_workers(args, workers)
     if args.multi_worker:
@@ -162,6 +166,16 @@ def cmd_split(args) -> int:
         return 0
     print_plan(plan)
     return 0
+
+
+def refuse_device_flags(args, workers_flag: str, instead: str) -> None:
+    """--replicas and --devices pick the device set of one process; a worker of a cluster
+    has its own, so they would be ignored: say so rather than run something else."""
+    for flag, value in (("--replicas", args.replicas), ("--devices", args.devices)):
+        if value is not None:
+            raise DistcoreError(
+                f"{flag} {value} does not apply with {workers_flag}: each worker process has its own devices "
+                f"(MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop {flag}; {instead}.")
 
 
 def print_plan(plan: dict, prefix: str = "") -> None:
@@ -242,17 +256,22 @@ TRAIN_FLAGS = ("global_batch", "epochs", "max_steps", "seed", "steps_per_loop", 
                "test_examples", "data_dir")
 
 
-def train_config(args) -> TrainConfig:
-    from . import controller, devices
+def train_flags(args) -> dict:
+    """The training flags given; the others keep their defaults (or a resumed run's values)."""
+    return {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
 
-    given = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
+
+def train_config(args) -> TrainConfig:
+    from . import devices
+
+    given = train_flags(args)
     if getattr(args, "multi_worker", False):
         given["workers"] = cluster.current_task().workers
         given["devices"] = devices.worker_devices()
     elif args.replicas is not None or args.devices is not None:
         given["devices"] = device_names(args)
     if args.resume:
-        return controller.resume_config(args.run_dir, given)
+        return runs.resume_config(args.run_dir, given)
     given.setdefault("devices", device_names(args))
     return TrainConfig(**given)
 
@@ -260,6 +279,11 @@ def train_config(args) -> TrainConfig:
 def cmd_train(args) -> int:
     from .stopping import StopFlag
 
+    if args.multi_worker:
+        refuse_device_flags(args, "--multi-worker",
+                            "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
+    if args.resume:  # refused before this process claims the run, so a refusal leaves its status as it was
+        runs.resume_config(args.run_dir, train_flags(args))
     stop = StopFlag(args.run_dir).install()  # before TensorFlow loads: a stop now ends at once
     stop.announce(args.resume)
     try:
@@ -289,6 +313,8 @@ def cmd_cluster(args) -> int:
         raise DistcoreError(
             f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
             "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica.")
+    if args.resume:  # refused here, before any worker starts (a worker refusing alone would fail the run)
+        runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers})
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
     outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
                              gpus_per_worker=per_worker if gpus else 0)

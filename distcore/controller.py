@@ -42,20 +42,9 @@ def test_dataset(strategy, config: TrainConfig, data):
                              policy=config.policy, drop_remainder=False)
 
 
-def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
-    """The saved run's configuration with `overrides` applied, refusing changes that
-    would make its checkpoints mean something else (model, batch, optimizer, ...)."""
-    saved = TrainConfig.from_dict(runs.read_config(run_dir))
-    wanted = saved.replace(**(overrides or {}))
-    conflicts = wanted.resume_conflicts(saved)
-    if conflicts:
-        changes = ", ".join(f"{k} {getattr(saved, k)!r} -> {getattr(wanted, k)!r}" for k in conflicts)
-        raise DistcoreError(
-            f"cannot resume {run_dir} with a changed configuration ({changes}); its checkpoints were "
-            f"trained with the saved values. Only {', '.join(TrainConfig.RESUMABLE)} may change; "
-            "start a new run for the rest."
-        )
-    return wanted
+# The one check of a resume lives with the run directories (no TensorFlow there), so the
+# cluster launcher and the app can make it before they start any process.
+resume_config = runs.resume_config
 
 
 class Controller:
@@ -82,11 +71,12 @@ class Controller:
         self.runner = StepRunner(self.strategy, config)
         self.saver = checkpoints.Saver(self.runner.checkpoint(), self.write_dir / "checkpoints",
                                        read_folder=self.run_dir / "checkpoints")
-        self.resumed_from, fallbacks = None, []
+        self.resume, self.resumed_from, fallbacks = resume, None, []
         if resume:
-            self.resumed_from = self.saver.restore_latest(on_fallback=fallbacks.append)
+            self.resumed_from = self.restore(fallbacks.append)
             if self.task.is_chief:  # steps after the checkpoint were lost; so are their records
-                runs.truncate_metrics(self.write_dir, int(self.runner.step.numpy()))
+                runs.truncate_metrics(self.write_dir, int(self.runner.step.numpy()),
+                                      epochs=int(self.runner.epoch.numpy()))
         self.metrics = runs.MetricsLog(self.write_dir)
         for message in fallbacks:
             self.log_event("fallback", message)
@@ -94,6 +84,14 @@ class Controller:
         self.test_data = test_dataset(self.strategy, config, self.data)
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
         self.first_chunk_done = False
+
+    def restore(self, on_fallback) -> str | None:
+        """Restore the newest intact checkpoint and return its name; None for a run that
+        stopped or failed before it saved one, which then trains again from step 0."""
+        never_saved = not any(r.get("event") == "checkpoint" for r in runs.read_metrics(self.run_dir))
+        if never_saved and not runs.list_checkpoints(self.run_dir):
+            return None
+        return self.saver.restore_latest(on_fallback=on_fallback)  # saved ones that are gone: an error
 
     def prepare_dir(self, resume: bool) -> None:
         config_path = self.run_dir / "config.json"
@@ -150,9 +148,7 @@ class Controller:
     def run(self) -> dict:
         step = int(self.runner.step.numpy())
         total = self.config.total_steps()
-        self.log_event("resume" if self.resumed_from else "start",
-                       f"resumed from {self.resumed_from} at step {step}" if self.resumed_from else
-                       f"training {total} steps on {self.where()}")
+        self.log_event(*self.start_event(step, total))
         self.set_status("running")
         self.stop.training = True  # from here a stop request waits for a checkpoint
         try:
@@ -181,6 +177,14 @@ class Controller:
             if not self.task.is_chief:
                 shutil.rmtree(self.write_dir, ignore_errors=True)
 
+    def start_event(self, step: int, total: int) -> tuple[str, str]:
+        if self.resumed_from:
+            return "resume", f"resumed from {self.resumed_from} at step {step}"
+        if self.resume:
+            return "resume", (f"no checkpoint to resume from (the run stopped or failed before saving one): "
+                              f"training from step 0, {total} steps on {self.where()}")
+        return "start", f"training {total} steps on {self.where()}"
+
     def where(self) -> str:
         local = ", ".join(self.config.devices)
         return f"{self.config.workers} workers x [{local}]" if self.config.workers > 1 else local
@@ -194,6 +198,9 @@ class Controller:
         """Train until the epoch's data runs out, the step limit, or a stop request."""
         epoch = int(self.runner.epoch.numpy())
         step = int(self.runner.step.numpy())
+        if self.epoch_done():  # a checkpoint of older distcore, saved before the epoch was closed
+            self.end_epoch(epoch + 1, step)
+            return
         examples = train_examples(self.config, self.data, epoch, int(self.runner.epoch_steps.numpy()))
         dist = inputs.distribute(self.strategy, examples, global_batch=self.config.global_batch,
                                  api=self.config.api, policy=self.config.policy,
@@ -211,13 +218,17 @@ class Controller:
                 step += len(losses)
                 self.set_status("running", epoch=epoch + 1, examples_per_sec=float(counts.sum() / elapsed),
                                 eta_seconds=max(total - step, 0) * elapsed / len(losses))
-            if len(losses) < chunk:  # the iterator ran out: that was the whole epoch
+            # Closed before any checkpoint of this step is saved: a checkpoint of the epoch's
+            # last step must hold the closed epoch, or a resume from it retrains nothing.
+            if len(losses) < chunk or self.epoch_done():  # the iterator ran out, or is about to
                 self.end_epoch(epoch + 1, step)
                 return
             if self.config.checkpoint_every and step % self.config.checkpoint_every == 0:
                 self.save_checkpoint(step)
-        if int(self.runner.epoch_steps.numpy()) == self.config.steps_per_epoch():
-            self.end_epoch(epoch + 1, step)  # the step limit fell exactly on the epoch's end
+
+    def epoch_done(self) -> bool:
+        """True when every batch of the current epoch has been trained on."""
+        return int(self.runner.epoch_steps.numpy()) == self.config.steps_per_epoch()
 
     def steps_to_boundary(self, step: int) -> int:
         """Chunks end on multiples of steps_per_loop; a process's very first chunk is one

@@ -156,8 +156,8 @@ def start_training(runs_root, name: str, options: dict | list | None = None,
     run_dir = runs.safe_run_dir(runs_root, name)
     if is_active(run_dir):
         raise DistcoreError(f"run {name!r} is already training")
-    if resume and not runs.list_checkpoints(run_dir):
-        raise DistcoreError(f"run {name!r} has no checkpoint to resume from")
+    if resume and not (run_dir / "config.json").is_file():  # no checkpoint yet is fine: it starts from 0
+        raise DistcoreError(f"run {name!r} was never started, so there is nothing to resume")
     if not resume and (run_dir / "config.json").exists():
         raise DistcoreError(f"run {name!r} already exists; pick another name or resume it")
     command = ["cluster", "--workers", str(int(workers))] if workers > 1 else ["train"]

@@ -17,7 +17,7 @@ import re
 import time
 from pathlib import Path
 
-from .config import DistcoreError
+from .config import DistcoreError, TrainConfig
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
@@ -88,6 +88,45 @@ def read_config(run_dir) -> dict:
     if data is None:
         raise DistcoreError(f"{run_dir} has no readable config.json: is it a distcore run directory?")
     return data
+
+
+def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
+    """The saved run's configuration with `overrides` applied, for a resume.
+
+    The one check of a resume, made before anything is launched or written (the CLI's
+    `train` and `cluster`, the app): it refuses changes that would make the run's
+    checkpoints mean something else (model, batch, optimizer, ...), and a resume that
+    leaves nothing to train. Needs no TensorFlow.
+    """
+    saved = TrainConfig.from_dict(read_config(run_dir))
+    wanted = saved.replace(**(overrides or {}))
+    conflicts = wanted.resume_conflicts(saved)
+    if conflicts:
+        changes = ", ".join(f"{k} {getattr(saved, k)!r} -> {getattr(wanted, k)!r}" for k in conflicts)
+        raise DistcoreError(
+            f"cannot resume {run_dir} with a changed configuration ({changes}); its checkpoints were "
+            f"trained with the saved values. Only {', '.join(TrainConfig.RESUMABLE)} may change; "
+            "start a new run for the rest."
+        )
+    check_steps_left(Path(run_dir), saved, wanted)
+    return wanted
+
+
+def check_steps_left(run_dir: Path, saved: TrainConfig, wanted: TrainConfig) -> None:
+    """Refuse a resume whose epochs and max steps end at or before the newest checkpoint."""
+    names = list_checkpoints(run_dir)
+    done = checkpoint_step(names[-1]) if names else 0
+    total = wanted.total_steps()
+    if total > done:
+        return
+    if total >= saved.total_steps():  # the same length (or longer, yet still reached)
+        raise DistcoreError(f"run {run_dir.name} already finished at step {done} of {total}; "
+                            "raise epochs (or max steps) to train more.")
+    raise DistcoreError(
+        f"cannot resume {run_dir.name} with epochs {wanted.epochs} and max steps {wanted.max_steps}: that makes "
+        f"{total} steps, and the run has already trained {done} ({names[-1]}). To train more, use epochs of at "
+        f"least {done // wanted.steps_per_epoch() + 1}, and max steps 0 (no limit) or more than {done}; "
+        "the run is unchanged.")
 
 
 def read_status(run_dir) -> dict | None:
@@ -171,14 +210,16 @@ def record_failure(run_dir, message: str) -> None:
         log.close()
 
 
-def truncate_metrics(run_dir, step: int) -> int:
-    """Drop step and epoch records beyond `step` (training a resume rolls back over);
-    events stay, as history. Rewritten atomically. Returns how many were dropped."""
+def truncate_metrics(run_dir, step: int, epochs: int | None = None) -> int:
+    """Drop step and epoch records beyond `step` (training a resume rolls back over), and
+    records of epochs after the first `epochs` (not closed in the restored checkpoint:
+    the resume closes them again); events stay, as history. Rewritten atomically.
+    Returns how many were dropped."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return 0
     records = read_metrics(run_dir)
-    keep = [r for r in records if "event" in r or r.get("step", 0) <= step]
+    keep = [r for r in records if "event" in r or (r.get("step", 0) <= step and not reopened(r, epochs))]
     torn = not path.read_text().endswith("\n")  # a writer killed mid-line
     if len(keep) == len(records) and not torn:
         return 0
@@ -186,3 +227,8 @@ def truncate_metrics(run_dir, step: int) -> int:
     tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
     os.replace(tmp, path)
     return len(records) - len(keep)
+
+
+def reopened(record: dict, epochs: int | None) -> bool:
+    """An epoch record of an epoch after the first `epochs`."""
+    return epochs is not None and "train_loss" in record and record.get("epoch", 0) > epochs

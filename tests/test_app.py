@@ -224,6 +224,27 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     assert any(r["kind"] == "step" and r["step"] == str(step + 5) for r in rows)
 
 
+def test_resume_starts_a_run_with_no_checkpoint_from_0_and_refuses_a_finished_one(settings):
+    from distcore.config import TrainConfig
+    from distcore.controller import Controller, StopFlag
+
+    stop = StopFlag()
+    stop.set()  # stopped before its first step: no checkpoint
+    config = TrainConfig(devices=("cpu:0",), epochs=1, train_examples=640, test_examples=200, steps_per_loop=5)
+    assert Controller(config, settings.runs_root / "early", stop=stop).run()["step"] == 0
+    lock = threading.Lock()
+    text, _ = app.resume_run(settings, lock, "early", 1, 0)
+    assert "Resuming **early** from step 0 (it has no checkpoint yet)" in text
+    assert jobs.wait_until_done(settings.runs_root / "early", timeout=180)
+    assert "**finished**" in app.run_view(settings, "early")[0]
+    assert runs.last_logged_step(settings.runs_root / "early") == 10
+
+    text, _ = app.resume_run(settings, lock, "early", 1, 0)  # nothing left to train: no process starts
+    assert is_error(text) and "run early already finished at step 10 of 10; raise epochs" in text
+    assert runs.read_status(settings.runs_root / "early")["state"] == "finished"
+    assert jobs.count_running(settings.runs_root) == 0
+
+
 def test_two_worker_processes_split_and_train(settings):
     """The app's workers option: real MultiWorkerMirroredStrategy processes, the same views."""
     fig, text = split(settings, None, 12, 4, 1, policy="data", files=2, workers=2)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, cpus
 from distcore import devices, runs
 
 SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
@@ -37,6 +37,21 @@ def test_user_errors_exit_2_with_a_message_and_json():
     result = cli("train", "--run-dir", "/tmp/x", "--devices", "cpu:0,cpu:0")
     assert result.returncode == 2 and "listed twice" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_replicas_are_refused_with_workers_and_the_message_says_what_to_use():
+    result = cli("split", "--workers", "2", "--replicas", "4", "--examples", "8", "--global-batch", "4")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --replicas 4 does not apply with --workers 2: each worker process has its own devices "
+        "(MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop --replicas; "
+        "for 4 replicas on CPU use --workers 4.")
+    result = cli("train", "--multi-worker", "--run-dir", "/tmp/x", "--devices", "cpu:0,cpu:1")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --devices cpu:0,cpu:1 does not apply with --multi-worker: each worker process has its own "
+        "devices (MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop --devices; "
+        "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs.")
 
 
 def test_devices_json():
@@ -73,6 +88,35 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes
     evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json", check=True).stdout)
     final = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-300"][0]
     assert evaluated["checkpoint"] == "ckpt-300" and evaluated["accuracy"] == final["test_accuracy"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    from distcore.config import TrainConfig
+    from distcore.controller import Controller
+
+    run_dir = tmp_path_factory.mktemp("cli") / "done"
+    config = TrainConfig(devices=cpus(2), epochs=1, train_examples=640, test_examples=200, steps_per_loop=5)
+    assert Controller(config, run_dir).run() == {"state": "finished", "step": 10, "total_steps": 10}
+    return run_dir
+
+
+def run_files(run_dir):
+    return {name: (run_dir / name).read_text() for name in ("config.json", "status.json", "metrics.jsonl")}
+
+
+def test_a_resume_with_nothing_left_to_train_is_refused_before_any_process_starts(finished_run):
+    before = run_files(finished_run)
+    for command in (["train"], ["cluster", "--workers", "2"]):  # the cluster: no worker is started
+        result = cli(*command, "--run-dir", str(finished_run), "--resume", "--json", timeout=60)
+        message = "run done already finished at step 10 of 10; raise epochs (or max steps) to train more."
+        assert result.returncode == 2 and json.loads(result.stdout) == {"error": message}
+        assert result.stderr.strip().splitlines()[-1] == "error: " + message
+    result = cli("train", "--run-dir", str(finished_run), "--resume", "--epochs", "1", "--max-steps", "5")
+    assert result.returncode == 2
+    assert ("error: cannot resume done with epochs 1 and max steps 5: that makes 5 steps, and the run has "
+            "already trained 10 (ckpt-10).") in result.stderr
+    assert run_files(finished_run) == before  # still finished, config.json untouched
 
 
 def test_loss_check_shows_the_two_mistakes():

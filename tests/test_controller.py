@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import cpus
-from distcore import checkpoints, runs
+from distcore import checkpoints, inputs, runs
 from distcore.config import DistcoreError, TrainConfig
-from distcore.controller import Controller, StopFlag, resume_config
+from distcore.controller import Controller, StopFlag, resume_config, train_examples
 from distcore.loop import StepRunner
 
 
@@ -56,9 +56,26 @@ def epoch_records(run_dir):
     return [r for r in runs.read_metrics(run_dir) if "train_loss" in r]
 
 
-def test_stopped_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
-    whole = Controller(small(), tmp_path / "whole").run()
-    assert whole["step"] == 32
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """small() trained in one go: what every stopped-and-resumed run must end up equal to."""
+    run_dir = tmp_path_factory.mktemp("whole") / "whole"
+    assert Controller(small(), run_dir).run()["step"] == 32
+    return run_dir
+
+
+def assert_same_run(reference, run_dir):
+    """Same final weights and the same epoch records, each epoch once."""
+    for a, b in zip(final_weights(reference, small()), final_weights(run_dir, small())):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    whole_epochs, part_epochs = epoch_records(reference), epoch_records(run_dir)
+    assert [(r["epoch"], r["step"]) for r in part_epochs] == [(1, 16), (2, 32)]
+    for a, b in zip(whole_epochs, part_epochs):
+        for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4)
+
+
+def test_stopped_and_resumed_run_matches_an_uninterrupted_one(tmp_path, uninterrupted):
 
     stop = StopFlag()
     stop_after_10 = lambda record: record.get("step") == 10 and "loss" in record and stop.set()  # noqa: E731
@@ -68,15 +85,39 @@ def test_stopped_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
 
     resumed = Controller(resume_config(tmp_path / "part"), tmp_path / "part", resume=True).run()
     assert resumed == {"state": "finished", "step": 32, "total_steps": 32}
-    for a, b in zip(final_weights(tmp_path / "whole", small()), final_weights(tmp_path / "part", small())):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    whole_epochs, part_epochs = epoch_records(tmp_path / "whole"), epoch_records(tmp_path / "part")
-    assert [r["epoch"] for r in part_epochs] == [1, 2]
-    for a, b in zip(whole_epochs, part_epochs):
-        for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
-            assert a[key] == pytest.approx(b[key], rel=1e-4)
+    assert_same_run(uninterrupted, tmp_path / "part")
     events = [r["event"] for r in runs.read_metrics(tmp_path / "part") if "event" in r]
     assert events[:2] == ["start", "checkpoint"] and "stopped" in events and "resume" in events
+
+
+def test_resume_from_a_checkpoint_on_the_epochs_last_step_trains_the_next_epoch(tmp_path, uninterrupted):
+    # checkpoint_every 16 = the epoch's step count: the interval's checkpoint falls on the
+    # epoch's last step and must hold the closed epoch, or the resume trains nothing.
+    run_dir = tmp_path / "r"
+    first = Controller(small(epochs=1, checkpoint_every=16), run_dir).run()
+    assert first == {"state": "finished", "step": 16, "total_steps": 16}
+    assert runs.list_checkpoints(run_dir) == ["ckpt-16"]
+    resumed = Controller(resume_config(run_dir, {"epochs": 2}), run_dir, resume=True).run()
+    assert resumed == {"state": "finished", "step": 32, "total_steps": 32}
+    assert [r["step"] for r in runs.read_metrics(run_dir) if "loss" in r] == list(range(1, 33))
+    assert_same_run(uninterrupted, run_dir)
+
+
+def test_a_checkpoint_saved_before_its_epoch_was_closed_still_resumes(tmp_path, uninterrupted):
+    # What older distcore left with checkpoint_every on the epoch's last step: ckpt-16 saved
+    # before the epoch was closed, then the epoch's record, with no checkpoint of its own.
+    run_dir = tmp_path / "r"
+    old = Controller(small(epochs=1), run_dir)
+    dist = inputs.distribute(old.strategy, train_examples(old.config, old.data, 0, 0), global_batch=64,
+                             api="dataset", policy="auto", drop_remainder=False)
+    old.runner.train_steps(iter(dist), tf.constant(16))
+    old.save_checkpoint(16)
+    old.end_epoch(1, 16)
+    old.metrics.close()
+    assert runs.list_checkpoints(run_dir) == ["ckpt-16"] and len(epoch_records(run_dir)) == 1
+    resumed = Controller(resume_config(run_dir, {"epochs": 2}), run_dir, resume=True).run()
+    assert resumed == {"state": "finished", "step": 32, "total_steps": 32}
+    assert_same_run(uninterrupted, run_dir)
 
 
 def test_resume_can_extend_but_not_change_the_model(tmp_path):
@@ -87,6 +128,45 @@ def test_resume_can_extend_but_not_change_the_model(tmp_path):
     result = Controller(longer, tmp_path / "r", resume=True).run()
     assert result["step"] == 8
     assert runs.read_config(tmp_path / "r")["devices"] == list(cpus(3))
+
+
+def test_a_run_that_failed_before_its_first_checkpoint_resumes_from_step_0(tmp_path, uninterrupted):
+    def fail_at_step_10(record):
+        if record.get("step") == 10 and "loss" in record:
+            raise OSError("the disk went away")
+
+    run_dir = tmp_path / "r"
+    with pytest.raises(OSError):
+        Controller(small(), run_dir, on_record=fail_at_step_10).run()
+    assert runs.read_status(run_dir)["state"] == "failed" and runs.list_checkpoints(run_dir) == []
+    assert runs.last_logged_step(run_dir) == 10
+
+    resumed = Controller(resume_config(run_dir), run_dir, resume=True).run()
+    assert resumed == {"state": "finished", "step": 32, "total_steps": 32}
+    assert [r["step"] for r in runs.read_metrics(run_dir) if "loss" in r] == list(range(1, 33))
+    assert_same_run(uninterrupted, run_dir)
+    said = [r for r in runs.read_metrics(run_dir) if r.get("event") == "resume"]
+    assert said[0]["step"] == 0 and "no checkpoint to resume from" in said[0]["message"]
+
+    # Checkpoints that were saved and are gone are a loss to report, not a reason to start over.
+    for path in (run_dir / "checkpoints").iterdir():
+        path.unlink()
+    with pytest.raises(DistcoreError, match="holds no checkpoint to restore"):
+        Controller(resume_config(run_dir, {"epochs": 3}), run_dir, resume=True)
+
+
+def test_a_resume_with_nothing_left_to_train_is_refused(uninterrupted):
+    before = (uninterrupted / "config.json").read_text()
+    for same in ({}, {"epochs": 2}, {"steps_per_loop": 8}):
+        with pytest.raises(DistcoreError, match=r"run whole already finished at step 32 of 32; raise epochs"):
+            resume_config(uninterrupted, same)
+    with pytest.raises(DistcoreError, match=r"epochs 1 .*16 steps.*already trained 32 \(ckpt-32\).*epochs of at "
+                                            r"least 3, and max steps 0 \(no limit\) or more than 32"):
+        resume_config(uninterrupted, {"epochs": 1})
+    with pytest.raises(DistcoreError, match=r"max steps 20: that makes 20 steps.*already trained 32"):
+        resume_config(uninterrupted, {"max_steps": 20})
+    assert resume_config(uninterrupted, {"epochs": 3}).total_steps() == 48
+    assert (uninterrupted / "config.json").read_text() == before
 
 
 def test_a_used_run_directory_is_not_overwritten(tmp_path):

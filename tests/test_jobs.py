@@ -136,8 +136,8 @@ def test_stop_refuses_a_pid_that_is_not_the_runs_trainer(tmp_path):
     assert jobs.job_progress(run_dir).state == "died"
 
 
-def test_resume_needs_a_checkpoint(tmp_path):
-    with pytest.raises(DistcoreError, match="no checkpoint"):
+def test_resume_needs_a_run(tmp_path):
+    with pytest.raises(DistcoreError, match="never started, so there is nothing to resume"):
         jobs.start_training(tmp_path, "nothing", [], resume=True)
 
 

@@ -50,3 +50,12 @@ def test_a_torn_last_line_is_skipped_and_truncation_repairs_it(tmp_path):
     assert runs.truncate_metrics(tmp_path, 2) == 1  # step 3 rolled back, the torn line dropped
     text = (tmp_path / "metrics.jsonl").read_text()
     assert text.endswith("\n") and [json.loads(line)["step"] for line in text.splitlines()] == [1, 2, 2]
+
+
+def test_truncation_drops_records_of_epochs_the_checkpoint_had_not_closed(tmp_path):
+    lines = [{"step": 2, "loss": 1.0}, {"epoch": 1, "step": 2, "train_loss": 1.0},
+             {"event": "checkpoint", "step": 2}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert runs.truncate_metrics(tmp_path, 2, epochs=1) == 0
+    assert runs.truncate_metrics(tmp_path, 2, epochs=0) == 1  # the resume closes epoch 1 again
+    assert [r for r in runs.read_metrics(tmp_path) if "train_loss" in r] == []
