@@ -82,12 +82,21 @@ def test_file_policy_with_fewer_files_than_workers_shows_tensorflows_error():
     assert "cannot be split over 2 workers" in out["error"]  # and ours
 
 
-def start_cluster(run_dir, *extra):
+def start_cluster(run_dir, *extra, tmp=None):
+    """The launcher, with its temporary folders (and its workers') under TMP when given."""
     args = ["cluster", "--workers", "2", "--run-dir", str(run_dir), "--train-examples", "6400",
             "--test-examples", "500", "--epochs", "2", "--checkpoint-every", "20", "--steps-per-loop", "5",
             "--seed", "4", "--json", *extra]
+    env = {**os.environ, "TMPDIR": str(tmp)} if tmp else None
     return subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def left_behind(tmp):
+    """Files under TMP other than the worker logs a failed launch keeps for the post-mortem."""
+    return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*")
+                  if p.is_file() and not (p.parent.name.startswith("distcore-cluster-")
+                                          and p.name.startswith("worker-")))
 
 
 def worker_pid(launcher_pid, index):
@@ -98,8 +107,9 @@ def worker_pid(launcher_pid, index):
 
 
 def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = start_cluster(run_dir)
+    run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start_cluster(run_dir, tmp=tmp)
     losses = []
     for line in proc.stdout:
         record = json.loads(line)
@@ -119,6 +129,7 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     assert runs.list_checkpoints(run_dir)[:2] == ["ckpt-20", "ckpt-40"]
     assert sum(losses[-10:]) / 10 < sum(losses[:5]) / 5  # the cluster was learning
     assert runs.read_config(run_dir)["intra_op_threads"] == devices.intra_op_threads(2)  # workers share the host
+    assert left_behind(tmp) == []  # the killed worker's own checkpoints, metrics and logs too
 
     proc = start_cluster(run_dir, "--resume")
     records = [json.loads(line) for line in proc.stdout]
@@ -130,3 +141,4 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     final = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-200"][0]
     evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json").stdout)
     assert evaluated["accuracy"] == final["test_accuracy"] and final["test_accuracy"] > 0.7
+
