@@ -260,7 +260,7 @@ def train_config(args) -> TrainConfig:
 def cmd_train(args) -> int:
     from .stopping import StopFlag
 
-    stop = StopFlag(args.run_dir).install()  # before TensorFlow loads: a stop now ends at once
+    stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
     stop.announce(args.resume)
     try:
         from . import controller
@@ -296,8 +296,9 @@ def cmd_cluster(args) -> int:
         runs.record_failure(args.run_dir, outcome.message)
         raise DistcoreError(f"{outcome.message} The run directory keeps its last good checkpoint; "
                             "continue with --resume.")
-    if not args.json:
-        print(f"{workers} workers finished; run directory: {args.run_dir}")
+    if not args.json:  # finished, or stopped on request (the chief's status says which)
+        state = (runs.read_status(args.run_dir) or {}).get("state", "finished")
+        print(f"{workers} workers {state}; run directory: {args.run_dir}")
     return 0
 
 

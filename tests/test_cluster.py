@@ -142,3 +142,44 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json").stdout)
     assert evaluated["accuracy"] == final["test_accuracy"] and final["test_accuracy"] > 0.7
 
+
+def wait_for_step(proc, step):
+    for line in proc.stdout:
+        record = json.loads(line)
+        if "loss" in record and record["step"] >= step:
+            return
+
+
+def test_ctrl_c_stops_every_worker_at_one_step(tmp_path):
+    run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start_cluster(run_dir, tmp=tmp)
+    wait_for_step(proc, 10)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does: the whole process group
+    proc.stdout.read()
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()[-2000:]
+    status = runs.read_status(run_dir)
+    assert status["state"] == "stopped" and 10 <= status["step"] < 200
+    assert runs.list_checkpoints(run_dir)[-1] == f"ckpt-{status['step']}"
+    assert max(r["step"] for r in runs.read_metrics(run_dir) if "loss" in r) == status["step"]
+    assert left_behind(tmp) == []
+
+
+def test_a_stop_reaching_only_the_chief_during_start_up_stops_both(tmp_path):
+    # The chief must not leave alone before training: worker 1 would wait for it forever.
+    run_dir = tmp_path / "run"
+    proc = start_cluster(run_dir)
+    deadline = time.monotonic() + 120
+    while (runs.read_status(run_dir) or {}).get("state") != "starting":  # its stop handler is in place
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    os.kill(worker_pid(proc.pid, 0), signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its workers
+    assert proc.returncode == 0, proc.stderr.read()[-2000:]
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["step"]) == ("stopped", 0)
+    assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r] == ["start", "stopped"]
