@@ -284,7 +284,7 @@ def cmd_train(args) -> int:
                             "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
     if args.resume:  # refused before this process claims the run, so a refusal leaves its status as it was
         runs.resume_config(args.run_dir, train_flags(args))
-    stop = StopFlag(args.run_dir).install()  # before TensorFlow loads: a stop now ends at once
+    stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
     stop.announce(args.resume)
     try:
         from . import controller
@@ -322,8 +322,9 @@ def cmd_cluster(args) -> int:
         runs.record_failure(args.run_dir, outcome.message)
         raise DistcoreError(f"{outcome.message} The run directory keeps its last good checkpoint; "
                             "continue with --resume.")
-    if not args.json:
-        print(f"{workers} workers finished; run directory: {args.run_dir}")
+    if not args.json:  # finished, or stopped on request (the chief's status says which)
+        state = (runs.read_status(args.run_dir) or {}).get("state", "finished")
+        print(f"{workers} workers {state}; run directory: {args.run_dir}")
     return 0
 
 

@@ -106,39 +106,52 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     """Run `python -m distcore WORKER_ARGS` as `workers` processes of one cluster.
 
     Worker i's stdout goes to LOG_DIR/worker-i.out (the chief's to `chief_stdout`
-    when given), its stderr to LOG_DIR/worker-i.log.
+    when given), its stderr to LOG_DIR/worker-i.log. SIGTERM and SIGINT are passed on
+    to every worker. The workers' temporary folders are removed however they end.
     """
     own_logs = log_dir is None
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="distcore-cluster-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    procs, logs = [], []
-    for index, tf_config in enumerate(local_tf_configs(workers)):
-        env = {**os.environ, "TF_CONFIG": tf_config}
-        if gpus_per_worker:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index * gpus_per_worker + g) for g in range(gpus_per_worker))
-        else:  # the workers share this host's cores, as replicas of one process do
-            env.setdefault("TF_NUM_INTRAOP_THREADS", str(devices.intra_op_threads(workers)))
-        log = open(log_dir / f"worker-{index}.log", "w")
-        out = open(log_dir / f"worker-{index}.out", "w")
-        logs += [log, out]
-        stdout = chief_stdout if index == 0 and chief_stdout is not None else out
-        procs.append(subprocess.Popen([sys.executable, "-m", "distcore", *worker_args], env=env,
-                                      stdout=stdout, stderr=log, text=True))
+    # The workers' temporary folders (a non-chief's checkpoints, metrics, logs) go in here,
+    # a folder the launcher owns: a worker that is killed cannot clean up after itself.
+    scratch = tempfile.mkdtemp(prefix="distcore-workers-")
+    procs, files = [], []
     forward = lambda signum, _frame: [p.send_signal(signum) for p in procs if p.poll() is None]  # noqa: E731
     in_main = threading.current_thread() is threading.main_thread()  # signals can only be set there
+    # Installed before the first worker starts, so no stop request can end the launcher
+    # and leave workers behind.
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
     try:
+        for index, tf_config in enumerate(local_tf_configs(workers)):
+            env = worker_env(index, tf_config, workers, gpus_per_worker, scratch)
+            log = open(log_dir / f"worker-{index}.log", "w")
+            out = open(log_dir / f"worker-{index}.out", "w")
+            files += [log, out]
+            stdout = chief_stdout if index == 0 and chief_stdout is not None else out
+            procs.append(subprocess.Popen([sys.executable, "-m", "distcore", *worker_args], env=env,
+                                          stdout=stdout, stderr=log, text=True))
         outcome = watch(procs, log_dir, timeout)
     finally:
+        stop_all(procs)  # nothing left to stop unless start-up or watching failed
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for log in logs:
-            log.close()
+        for f in files:
+            f.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     if own_logs and outcome.failed is None:
         shutil.rmtree(log_dir, ignore_errors=True)  # kept after a failure, for the post-mortem
     elif own_logs:
         outcome.message += f" (worker logs: {log_dir})"
     return outcome
+
+
+def worker_env(index: int, tf_config: str, workers: int, gpus_per_worker: int, scratch: str) -> dict:
+    env = {**os.environ, "TF_CONFIG": tf_config, "TMPDIR": scratch}  # TMPDIR: where tempfile creates
+    if gpus_per_worker:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index * gpus_per_worker + g) for g in range(gpus_per_worker))
+    else:  # the workers share this host's cores, as replicas of one process do
+        env.setdefault("TF_NUM_INTRAOP_THREADS", str(devices.intra_op_threads(workers)))
+    return env
 
 
 def watch(procs, log_dir: Path, timeout: float | None) -> Outcome:

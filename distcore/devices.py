@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 
 from .config import MAX_LOGICAL_CPUS, DistcoreError, check_int
 
@@ -178,7 +179,14 @@ def make_multiworker_strategy():
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)
-    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    handler = signal.getsignal(signal.SIGTERM)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    # Creating it starts TensorFlow's coordination service, whose preemption notifier puts
+    # its own C++ SIGTERM handler in place of Python's: a SIGTERM would then be swallowed
+    # (no stop, no exit). Give the signal back to whoever handled it before.
+    if handler is not None:
+        signal.signal(signal.SIGTERM, handler)
+    return strategy
 
 
 def worker_devices() -> tuple[str, ...]:

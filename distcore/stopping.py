@@ -3,7 +3,8 @@
 Before training begins there is nothing to save, so a stop request ends the
 process at once (even in the middle of importing TensorFlow) and marks the run
 stopped. Once the loop runs, a request only sets a flag: the outer loop sees it
-between chunks of steps, saves a checkpoint and exits cleanly.
+between chunks of steps, saves a checkpoint and exits cleanly. A worker of a
+cluster only ever sets the flag (see StopFlag).
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from .config import DistcoreError
 
 
 class StopFlag:
-    def __init__(self, run_dir=None):
+    def __init__(self, run_dir=None, cluster: bool = False):
         self._event = threading.Event()
         self.run_dir = Path(run_dir) if run_dir else None
-        self.training = False  # set by the outer loop when the first step is about to run
+        # Set by the outer loop when the first step is about to run. A worker of a cluster
+        # never leaves alone, not even before training: its peers may already wait for it
+        # in TensorFlow's start-up barrier or first all-reduce, and would hang. Its stop
+        # waits for the workers' agreement before the first chunk (they all stop at step 0).
+        self.training = cluster
 
     def set(self, *_):
         self._event.set()

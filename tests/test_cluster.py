@@ -82,12 +82,21 @@ def test_file_policy_with_fewer_files_than_workers_shows_tensorflows_error():
     assert "cannot be split over 2 workers" in out["error"]  # and ours
 
 
-def start_cluster(run_dir, *extra):
+def start_cluster(run_dir, *extra, tmp=None):
+    """The launcher, with its temporary folders (and its workers') under TMP when given."""
     args = ["cluster", "--workers", "2", "--run-dir", str(run_dir), "--train-examples", "6400",
             "--test-examples", "500", "--epochs", "2", "--checkpoint-every", "20", "--steps-per-loop", "5",
             "--seed", "4", "--json", *extra]
+    env = {**os.environ, "TMPDIR": str(tmp)} if tmp else None
     return subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def left_behind(tmp):
+    """Files under TMP other than the worker logs a failed launch keeps for the post-mortem."""
+    return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*")
+                  if p.is_file() and not (p.parent.name.startswith("distcore-cluster-")
+                                          and p.name.startswith("worker-")))
 
 
 def worker_pid(launcher_pid, index):
@@ -98,8 +107,9 @@ def worker_pid(launcher_pid, index):
 
 
 def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = start_cluster(run_dir)
+    run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start_cluster(run_dir, tmp=tmp)
     losses = []
     for line in proc.stdout:
         record = json.loads(line)
@@ -119,6 +129,7 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     assert runs.list_checkpoints(run_dir)[:2] == ["ckpt-20", "ckpt-40"]
     assert sum(losses[-10:]) / 10 < sum(losses[:5]) / 5  # the cluster was learning
     assert runs.read_config(run_dir)["intra_op_threads"] == devices.intra_op_threads(2)  # workers share the host
+    assert left_behind(tmp) == []  # the killed worker's own checkpoints, metrics and logs too
 
     proc = start_cluster(run_dir, "--resume")
     records = [json.loads(line) for line in proc.stdout]
@@ -130,3 +141,45 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     final = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-200"][0]
     evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json").stdout)
     assert evaluated["accuracy"] == final["test_accuracy"] and final["test_accuracy"] > 0.7
+
+
+def wait_for_step(proc, step):
+    for line in proc.stdout:
+        record = json.loads(line)
+        if "loss" in record and record["step"] >= step:
+            return
+
+
+def test_ctrl_c_stops_every_worker_at_one_step(tmp_path):
+    run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start_cluster(run_dir, tmp=tmp)
+    wait_for_step(proc, 10)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does: the whole process group
+    proc.stdout.read()
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()[-2000:]
+    status = runs.read_status(run_dir)
+    assert status["state"] == "stopped" and 10 <= status["step"] < 200
+    assert runs.list_checkpoints(run_dir)[-1] == f"ckpt-{status['step']}"
+    assert max(r["step"] for r in runs.read_metrics(run_dir) if "loss" in r) == status["step"]
+    assert left_behind(tmp) == []
+
+
+def test_a_stop_reaching_only_the_chief_during_start_up_stops_both(tmp_path):
+    # The chief must not leave alone before training: worker 1 would wait for it forever.
+    run_dir = tmp_path / "run"
+    proc = start_cluster(run_dir)
+    deadline = time.monotonic() + 120
+    while (runs.read_status(run_dir) or {}).get("state") != "starting":  # its stop handler is in place
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    os.kill(worker_pid(proc.pid, 0), signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its workers
+    assert proc.returncode == 0, proc.stderr.read()[-2000:]
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["step"]) == ("stopped", 0)
+    assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r] == ["start", "stopped"]

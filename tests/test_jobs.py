@@ -149,3 +149,40 @@ def test_stop_right_after_start_still_stops_cleanly(tmp_path):
     assert jobs.stop_training(run_dir)
     assert jobs.wait_until_done(run_dir, timeout=120)
     assert jobs.job_progress(run_dir).state == "stopped"
+
+
+# Two worker processes of one MultiWorkerMirroredStrategy, 400 steps: long enough to stop part-way.
+PAIR = ["--global-batch", "64", "--train-examples", "12800", "--test-examples", "500", "--epochs", "2",
+        "--steps-per-loop", "5", "--seed", "3"]
+
+
+def child_pids(pid) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def test_a_two_worker_run_stops_at_one_step_and_resumes(tmp_path):
+    # "Stop training" in the app: jobs.stop_training SIGTERMs the cluster launcher, which
+    # passes it on; both workers must leave the loop at the same step and save it.
+    run_dir = tmp_path / "pair"
+    launcher = jobs.start_training(tmp_path, "pair", PAIR, workers=2)
+    assert wait_for(lambda: runs.last_logged_step(run_dir) >= 10, timeout=180)
+    workers = child_pids(launcher)
+    assert len(workers) == 2
+    assert jobs.stop_training(run_dir)
+    assert jobs.wait_until_done(run_dir, timeout=120)
+    assert not any(jobs.pid_alive(pid) for pid in workers)
+    stopped = jobs.job_progress(run_dir)
+    assert stopped.state == "stopped"
+    stop_step = runs.checkpoint_step(stopped.checkpoints[-1])
+    assert 10 <= stop_step < 400 and stopped.step == stop_step
+    metrics = runs.read_metrics(run_dir)
+    assert [m["step"] for m in metrics if m.get("event") == "stopped"] == [stop_step]
+    assert max(m["step"] for m in metrics if "loss" in m) == stop_step
+
+    jobs.start_training(tmp_path, "pair", ["--max-steps", str(stop_step + 10)], resume=True, workers=2)
+    assert jobs.wait_until_done(run_dir, timeout=180)
+    resumed = jobs.job_progress(run_dir)
+    assert (resumed.state, resumed.step) == ("finished", stop_step + 10)
+    steps = [m["step"] for m in runs.read_metrics(run_dir) if "loss" in m]
+    assert steps == list(range(1, stop_step + 11))
