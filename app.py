@@ -795,10 +795,10 @@ def _evaluate_tab(settings: AppSettings, bind) -> dict:
     ui["count"], ui["boxes"] = device_inputs(settings, "Evaluation ", "dc-eval-devices")
     go_button = gr.Button("Evaluate checkpoint", variant="primary")
     ui["result"] = gr.Markdown()
-    with gr.Row():
-        ui["confusion"] = gr.Plot(label="Confusion matrix", scale=1)
-        ui["gallery"] = gr.Gallery(label="Test images: ✓ true class, predicted correctly · ✗ true class → wrong prediction", columns=4,
-                                   height=620, object_fit="contain", scale=1)
+    ui["confusion"] = gr.Plot(label="Confusion matrix")
+    # Full width, 5 across: a caption as long as "✗ T-shirt/top → Ankle boot" fits under its image.
+    ui["gallery"] = gr.Gallery(label="Test images: ✓ true class, predicted correctly · ✗ true class → wrong "
+                                     "prediction", columns=5, height="auto", object_fit="contain")
     ui["run"].change(bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
     refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"]).then(
         bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
