@@ -28,14 +28,16 @@ import numpy as np
 
 from distcore import data, jobs, plots, runs
 from distcore import devices as devmod
-from distcore.config import (MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig,
-                             TrainConfig, check_int)
+from distcore.config import (MAX_GLOBAL_BATCH, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
+                             DistcoreError, SplitConfig, TrainConfig, check_int)
 
 POLICY_CHOICES = tuple((p.upper(), p) for p in POLICIES)
 API_CHOICES = (("experimental_distribute_dataset", "dataset"),
                ("distribute_datasets_from_function", "function"))
 TOY, FASHION = "toy", "fashion"
 NO_STRATEGY, ON_DEVICES = "none", "devices"
+MAX_WORKERS = 8
+REPEAT_SECONDS = 5  # a second Start with an empty name and the same form this soon is the same click
 
 ABOUT = """
 **What this is.** A `tf.distribute.MirroredStrategy` custom training loop on Fashion-MNIST.
@@ -132,24 +134,56 @@ def selected_devices(settings: AppSettings, cpu_count, gpu_boxes) -> tuple[str, 
     return devmod.resolve(replicas=int(cpu_count), gpus=0)
 
 
+def whole(name: str, value, low: int = 1, high: int | None = None) -> int:
+    """A whole-number field: "is empty" when blank, else distcore's own check (12.7 is refused)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        allowed = f"a whole number from {low}" + (f" to {high}" if high is not None else " up")
+        raise DistcoreError(f"{name} is empty: enter {allowed}.")
+    return check_int(name, value, low=low, high=high)
+
+
+def check_filled(**fields) -> None:
+    """DistcoreError naming the first empty field (names with spaces: pass them with _)."""
+    for name, value in fields.items():
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise DistcoreError(f"{name.replace('_', ' ')} is empty: enter a value.")
+
+
+def replica_count(settings: AppSettings, cpu_count, gpu_boxes, workers) -> int:
+    """Replicas the form describes: one CPU replica per worker process with 2+ workers."""
+    workers = whole("worker processes", workers, high=MAX_WORKERS)
+    return workers if workers > 1 else len(selected_devices(settings, cpu_count, gpu_boxes))
+
+
 def device_args(names: tuple[str, ...]) -> list[str]:
     return ["--devices", ",".join(names)]
 
 
-def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes) -> str:
+def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, workers=1) -> str:
     """The per-replica batch next to the global batch, or a plain warning."""
     try:
-        replicas = len(selected_devices(settings, cpu_count, gpu_boxes))
-        g = int(global_batch or 0)
-    except (DistcoreError, ValueError) as e:
+        replicas = replica_count(settings, cpu_count, gpu_boxes, workers)
+        g = whole("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
+    except DistcoreError as e:
         return error_md(e)
-    if g < 1:
-        return error_md("The global batch size must be a whole number of at least 1.")
+    several = int(workers) > 1  # replica_count checked it
+    where = f"{replicas} replicas" + (": one CPU replica per worker process" if several else "")
     if g % replicas:
-        return (f"⚠️ **{g} does not divide evenly by {replicas} replicas** ({g} / {replicas} = "
+        return (f"⚠️ **{g} does not divide evenly by {replicas} replicas** ({g} / {where} = "
                 f"{g / replicas:.2f}): replicas will get unequal batches, and "
                 "distribute_datasets_from_function refuses it. Press **Show split** to see exactly.")
-    return f"Per-replica batch: **{g // replicas}** ({g} / {replicas} replicas)"
+    return f"Per-replica batch: **{g // replicas}** ({g} / {where})"
+
+
+def devices_in_use(workers):
+    """The device inputs are ignored with 2+ worker processes (one CPU replica each): grey them out."""
+    try:
+        single = whole("worker processes", workers, high=MAX_WORKERS) == 1
+    except DistcoreError:
+        single = True
+    info = ("No GPU here: the CPU is split into this many logical devices, one replica each." if single else
+            "Not used with 2+ worker processes: each worker process has one CPU replica.")
+    return gr.update(interactive=single, info=info), gr.update(interactive=single)
 
 
 # ---------------------------------------------------------------- split
@@ -158,9 +192,14 @@ def show_split(settings: AppSettings, planner, source, toy_examples, train_examp
                global_batch, cpu_count, gpu_boxes, policy, api, drop_remainder, files, workers=1):
     """Ask the planner how TF splits the dataset; return (figure or None, summary markdown)."""
     try:
-        examples = toy_examples if source == TOY else train_examples
-        if check_int("worker processes", workers or 1, high=8) > 1:
-            return split_on_workers(int(workers), examples, global_batch, policy, api, drop_remainder, files)
+        # Fashion-MNIST has 60,000 training examples: the same check (and words) as Train's.
+        examples = whole("N (toy dataset size)", toy_examples) if source == TOY else whole(
+            "train examples", train_examples, high=TRAIN_SIZE)
+        global_batch = whole("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
+        files = whole("source files", files, low=0, high=64)
+        workers = whole("worker processes", workers, high=MAX_WORKERS)
+        if workers > 1:
+            return split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files)
         names = selected_devices(settings, cpu_count, gpu_boxes)
         cfg = SplitConfig(examples=examples, global_batch=global_batch, devices=names,
                           policy=policy, api=api, drop_remainder=bool(drop_remainder),
@@ -197,7 +236,9 @@ def train_config(settings, cpu_count, gpu_boxes, global_batch, policy, api, mode
                  learning_rate, epochs, max_steps, steps_per_loop, checkpoint_every, seed,
                  train_examples, test_examples, drop_remainder=False, workers=1) -> TrainConfig:
     """Validate the form with distcore's own rules (no TensorFlow needed)."""
-    workers = check_int("worker processes", workers or 1, high=8)
+    check_filled(global_batch_size=global_batch, learning_rate=learning_rate, epochs=epochs,
+                 steps_per_loop=steps_per_loop, train_examples=train_examples, test_examples=test_examples)
+    workers = whole("worker processes", workers, high=MAX_WORKERS)
     # Under MultiWorkerMirroredStrategy a CPU-only worker has exactly one replica.
     names = ("cpu:0",) if workers > 1 else selected_devices(settings, cpu_count, gpu_boxes)
     return TrainConfig(
@@ -246,6 +287,21 @@ def start_run(settings: AppSettings, lock, run_name, *form):
     return msg, run_dropdown(settings, name)
 
 
+def start_click(settings: AppSettings, lock, recent, run_name, *form):
+    """The Start button: start_run, except that a repeat click (empty name, same form, within
+    REPEAT_SECONDS of this session's last start) starts nothing. Returns start_run's outputs
+    and this session's last start (gr.State)."""
+    now = time.time()
+    if (not run_name and recent and recent["form"] == list(form)
+            and now - recent["time"] < REPEAT_SECONDS):
+        return (f"Already started **{recent['name']}** {now - recent['time']:.0f} s ago with these "
+                "settings; this click started nothing.", gr.skip(), recent)
+    message, dropdown = start_run(settings, lock, run_name, *form)
+    if isinstance(dropdown, dict) and dropdown.get("value") and not run_name:
+        recent = {"name": dropdown["value"], "form": list(form), "time": now}
+    return message, dropdown, recent
+
+
 def run_dir_of(settings: AppSettings, name) -> Path:
     """The folder of an existing run picked by name; DistcoreError for anything else."""
     if not name:
@@ -272,10 +328,12 @@ def resume_run(settings: AppSettings, lock, name, epochs, max_steps):
         run_dir = run_dir_of(settings, name)
         saved = runs.read_config(run_dir)
         extend = {}
-        if epochs and int(epochs) > int(saved.get("epochs") or 0):
-            extend["epochs"] = int(epochs)
-        if max_steps and int(max_steps) > int(saved.get("max_steps") or 0):
-            extend["max_steps"] = int(max_steps)
+        epochs = whole("epochs", epochs, high=1000)
+        max_steps = whole("max steps", max_steps, low=0) if max_steps is not None else 0
+        if epochs > int(saved.get("epochs") or 0):
+            extend["epochs"] = epochs
+        if max_steps > int(saved.get("max_steps") or 0):
+            extend["max_steps"] = max_steps
         runs.resume_config(run_dir, extend)  # refused here, before any process starts, as the CLI does
         with lock:
             check_job_limit(settings)
@@ -330,7 +388,22 @@ def run_view(settings: AppSettings, name):
     metrics = runs.read_metrics(run_dir)
     p = jobs.job_progress(run_dir, metrics=metrics)
     text = status_md(p) + config_line(runs.read_json(run_dir / "config.json") or {})
-    return text, plots.loss_figure(metrics), plots.epoch_figure(metrics), "\n".join(p.log_lines)
+    return text, plots.loss_figure(metrics), plots.epoch_figure(metrics), log_text(run_dir, metrics)
+
+
+def log_text(run_dir: Path, metrics: list[dict], n: int = 12) -> str:
+    """The run's events (timestamped, from metrics.jsonl), then the process's own output
+    (train.log: the command, then what it printed), each in its own order."""
+    events = [event_line(m) for m in metrics if "event" in m][-n:]
+    output = jobs.tail_lines(run_dir / jobs.LOG_FILE, n)
+    return "\n".join(["── events ──", *(events or ["(none yet)"]),
+                      "── process output (train.log) ──", *(output or ["(none yet)"])])
+
+
+def event_line(m: dict) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(m.get("time", 0)))
+    text = m.get("message") or m.get("checkpoint") or ""
+    return f"[{stamp}] {m['event']} at step {m.get('step', '?')}: {text}".rstrip(": ")
 
 
 def config_line(c: dict) -> str:
@@ -338,10 +411,16 @@ def config_line(c: dict) -> str:
     if not c:
         return ""
     return (f"\n\nSetup: {c.get('model')} · {c.get('optimizer')} · learning rate "
-            f"{c.get('learning_rate')} · global batch {c.get('global_batch')} on "
-            f"{', '.join(c.get('devices') or [])} · policy {str(c.get('policy')).upper()} · "
+            f"{c.get('learning_rate')} · global batch {c.get('global_batch')} on {where_trained(c)} · "
+            f"policy {str(c.get('policy')).upper()} · "
             f"input API {c.get('api')} · {c.get('train_examples')} training / "
             f"{c.get('test_examples')} test examples · seed {c.get('seed')}")
+
+
+def where_trained(c: dict) -> str:
+    devices = ", ".join(c.get("devices") or [])
+    workers = int(c.get("workers") or 1)
+    return f"{workers} worker processes ({devices} each)" if workers > 1 else devices
 
 
 def status_md(p: jobs.Progress) -> str:
@@ -388,6 +467,22 @@ def poll_run_list(settings: AppSettings, last_labels):
     if labels == (last_labels or []):
         return gr.skip(), last_labels
     return gr.update(choices=[tuple(x) for x in labels]), labels
+
+
+def poll_evaluate_lists(settings: AppSettings, run, checkpoint, last):
+    """Timer tick for the Evaluate tab: its run labels (states) and the chosen run's
+    checkpoints, redrawn only when they change. A choice the user made is kept; a run is
+    picked only when none is, a checkpoint only when none (or a vanished one) is."""
+    labels = [(run_label(settings, n), n) for n in list_run_names(settings)]
+    picked = run or (default_run(settings) if labels else None)
+    ckpts = checkpoint_dropdown(settings, picked)["choices"]
+    seen = [[list(x) for x in labels], picked, ckpts, checkpoint in ckpts]
+    if seen == last:
+        return gr.skip(), gr.skip(), last
+    run_update = gr.update(choices=labels) if run else gr.update(choices=labels, value=picked)
+    ckpt_update = (gr.update(choices=ckpts) if checkpoint in ckpts else
+                   gr.update(choices=ckpts, value=ckpts[-1] if ckpts else None))
+    return run_update, ckpt_update, seen
 
 
 def export_run(settings: AppSettings, name):
@@ -453,11 +548,15 @@ def sample_gallery(samples: list[dict], data_dir=None) -> list:
     for s in samples:
         # Upscale 28x28 -> 112x112 so the browser shows sharp pixels, not a blur.
         image = np.kron(test_images[s["index"]], np.ones((4, 4), dtype=np.uint8))
-        ok = s["predicted"] == s["label"]
-        predicted, true = data.CLASS_NAMES[s["predicted"]], data.CLASS_NAMES[s["label"]]
-        caption = f"✓ {predicted}" if ok else f"✗ {predicted} (true: {true})"
-        items.append((image, caption))
+        items.append((image, gallery_caption(s["predicted"], s["label"])))
     return items
+
+
+def gallery_caption(predicted: int, label: int) -> str:
+    """Short enough for a thumbnail: the true class first, so a cut-off caption still shows it."""
+    if predicted == label:
+        return f"✓ {data.CLASS_NAMES[label]}"
+    return f"✗ {data.CLASS_NAMES[label]} → {data.CLASS_NAMES[predicted]}"
 
 
 # ---------------------------------------------------------------- loss scaling
@@ -466,10 +565,11 @@ def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed) 
     """One global batch's loss: single device vs distributed vs the two classic mistakes."""
     try:
         names = selected_devices(settings, cpu_count, gpu_boxes)
-        args = ["loss-check", *device_args(names), "--global-batch", str(int(global_batch or 0)),
-                "--seed", str(int(seed or 0))]
+        args = ["loss-check", *device_args(names), "--global-batch",
+                str(whole("global batch size", global_batch, high=MAX_GLOBAL_BATCH)),
+                "--seed", str(whole("seed", seed, low=0))]
         r = jobs.run_cli_json(args, timeout=600)
-    except (DistcoreError, ValueError) as e:
+    except DistcoreError as e:
         return error_md(e)
     rows = [
         ("Single device (reference)", r["single_device"], None),
@@ -543,6 +643,11 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
                 evaluate_ui = _evaluate_tab(settings, bind)
             with gr.Tab("4 · Loss scaling"):
                 _loss_tab(settings, setup, bind)
+        lists = gr.State(None)  # per session: what the Evaluate tab's pickers show
+        train["timer"].tick(bind(poll_evaluate_lists, settings),
+                            [evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
+                            [evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
+                            show_progress="hidden", concurrency_limit=8, api_name="poll_evaluate_lists")
         demo.load(bind(_on_load, settings), None,
                   [train["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]], api_name="on_load")
     demo.planner = planner  # so main() and tests can close it
@@ -565,14 +670,14 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
         with gr.Column():
             gr.Markdown("### Devices and input")
             ui["count"], ui["boxes"] = device_inputs(settings)
-            ui["batch"] = gr.Number(value=64, precision=0, label="Global batch size",
+            ui["batch"] = gr.Number(value=64, label="Global batch size",
                                     info="examples per step, over all replicas")
             ui["batch_note"] = gr.Markdown(batch_note(settings, 64, 2, list(settings.gpus)))
             ui["policy"] = gr.Radio(list(POLICY_CHOICES), value="auto", label="Shard policy (auto_shard_policy)")
             ui["api"] = gr.Radio(list(API_CHOICES), value="dataset", label="Input API")
             ui["drop"] = gr.Checkbox(value=False, label="drop_remainder (drop the last partial global batch)")
             ui["workers"] = gr.Number(
-                value=1, precision=0, label="Worker processes",
+                value=1, label="Worker processes",
                 info="1: MirroredStrategy in one process. 2+: MultiWorkerMirroredStrategy over that many "
                      "processes (TF_CONFIG on loopback), one CPU replica each; splits then take a few seconds")
         with gr.Column():
@@ -582,35 +687,37 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
                 ui["optimizer"] = gr.Radio(list(OPTIMIZERS), value="adam", label="Optimizer")
             with gr.Row():
                 ui["lr"] = gr.Number(value=0.001, label="Learning rate")
-                ui["seed"] = gr.Number(value=0, precision=0, label="Seed")
+                ui["seed"] = gr.Number(value=0, label="Seed")
             with gr.Row():
-                ui["epochs"] = gr.Number(value=1, precision=0, label="Epochs")
-                ui["max_steps"] = gr.Number(value=0, precision=0, label="Max steps (0 = no limit)")
+                ui["epochs"] = gr.Number(value=1, label="Epochs")
+                ui["max_steps"] = gr.Number(value=0, label="Max steps (0 = no limit)")
             with gr.Row():
-                ui["steps_per_loop"] = gr.Number(value=20, precision=0, label="Steps per loop",
+                ui["steps_per_loop"] = gr.Number(value=20, label="Steps per loop",
                                                  info="steps run inside one tf.function call")
-                ui["ckpt_every"] = gr.Number(value=0, precision=0, label="Checkpoint every N steps",
+                ui["ckpt_every"] = gr.Number(value=0, label="Checkpoint every N steps",
                                              info="0 = at epoch ends and on stop")
             with gr.Row():
-                ui["train_examples"] = gr.Number(value=60000, precision=0, label="Training examples",
+                ui["train_examples"] = gr.Number(value=60000, label="Training examples",
                                                  info="the first N of 60,000")
-                ui["test_examples"] = gr.Number(value=10000, precision=0, label="Test examples",
+                ui["test_examples"] = gr.Number(value=10000, label="Test examples",
                                                 info="the first N of 10,000")
     gr.Markdown("### The split: who gets which examples")
     with gr.Row():
         ui["source"] = gr.Radio([("Toy dataset of N ids (0 … N-1)", TOY),
                                  ("Fashion-MNIST training examples (ids = row numbers)", FASHION)],
                                 value=TOY, label="Dataset to split", scale=2)
-        ui["toy_n"] = gr.Number(value=150, precision=0, label="N (toy dataset size)", scale=1)
-        ui["files"] = gr.Number(value=0, precision=0, label="Source files (0 = in memory)",
+        ui["toy_n"] = gr.Number(value=150, label="N (toy dataset size)", scale=1)
+        ui["files"] = gr.Number(value=0, label="Source files (0 = in memory)",
                                 info="FILE sharding needs files", scale=1)
     show = gr.Button("Show split", variant="primary")
     ui["split_plot"] = gr.Plot(label="Global batches × replicas")
     ui["split_text"] = gr.Markdown()
-    note_inputs = [ui["batch"], ui["count"], ui["boxes"]]
+    note_inputs = [ui["batch"], ui["count"], ui["boxes"], ui["workers"]]
     for comp in note_inputs:
         comp.change(bind(batch_note, settings), note_inputs, ui["batch_note"],
                     show_progress="hidden", queue=False)
+    ui["workers"].change(devices_in_use, ui["workers"], [ui["count"], ui["boxes"]],
+                         show_progress="hidden", queue=False)
     show.click(bind(show_split, settings, planner),
                [ui["source"], ui["toy_n"], ui["train_examples"], ui["batch"], ui["count"],
                 ui["boxes"], ui["policy"], ui["api"], ui["drop"], ui["files"], ui["workers"]],
@@ -654,14 +761,17 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
     timer = gr.Timer(settings.poll_seconds)
     view = [ui["status"], ui["loss_plot"], ui["epoch_plot"], ui["logs"]]
     # Explicit api_names: stable endpoints for gradio_client (tests/test_many_users.py).
-    start.click(bind(start_run, settings, lock), [ui["name"], *_train_form(setup)],
-                [ui["message"], ui["run"]], api_name="start_run")
+    recent = gr.State(None)  # per session: its last start with an empty name (start_click)
+    start.click(bind(start_click, settings, lock), [recent, ui["name"], *_train_form(setup)],
+                [ui["message"], ui["run"], recent], api_name="start_run")
     stop.click(bind(stop_run, settings), ui["run"], ui["message"], api_name="stop_run")
     resume.click(bind(resume_run, settings, lock), [ui["run"], setup["epochs"], setup["max_steps"]],
                  [ui["message"], ui["run"]], api_name="resume_run")
     refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"],
                   api_name="refresh_runs")
     ui["run"].change(bind(run_view, settings), ui["run"], view, api_name="run_view")
+    # Another run followed: the previous run's exported files are no longer "this run".
+    ui["run"].change(lambda: (None, ""), None, [ui["files"], ui["export_msg"]], show_progress="hidden")
     timer.tick(bind(poll_run, settings), [ui["run"], sig], [*view, sig],
                show_progress="hidden", concurrency_limit=8, api_name="poll_run")
     labels = gr.State(None)  # per session: the run picker's current labels
@@ -669,6 +779,7 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
                show_progress="hidden", concurrency_limit=8, api_name="poll_run_list")
     export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]],
                  api_name="export_run")
+    ui["timer"] = timer
     return ui
 
 
@@ -686,10 +797,10 @@ def _evaluate_tab(settings: AppSettings, bind) -> dict:
     ui["count"], ui["boxes"] = device_inputs(settings, "Evaluation ", "dc-eval-devices")
     go_button = gr.Button("Evaluate checkpoint", variant="primary")
     ui["result"] = gr.Markdown()
-    with gr.Row():
-        ui["confusion"] = gr.Plot(label="Confusion matrix", scale=1)
-        ui["gallery"] = gr.Gallery(label="Test images: ✓ predicted correctly, ✗ predicted wrongly (true class)", columns=4,
-                                   height=620, object_fit="contain", scale=1)
+    ui["confusion"] = gr.Plot(label="Confusion matrix")
+    # Full width, 5 across: a caption as long as "✗ T-shirt/top → Ankle boot" fits under its image.
+    ui["gallery"] = gr.Gallery(label="Test images: ✓ true class, predicted correctly · ✗ true class → wrong "
+                                     "prediction", columns=5, height="auto", object_fit="contain")
     ui["run"].change(bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
     refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"]).then(
         bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
@@ -706,7 +817,7 @@ def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
         "the **global** batch size, then SUM over replicas. This runs one global batch both "
         "ways, plus the two classic mistakes, using the devices and global batch from "
         "**1 · Setup & split**.")
-    seed = gr.Number(value=0, precision=0, label="Seed (which batch and initial weights)")
+    seed = gr.Number(value=0, label="Seed (which batch and initial weights)")
     button = gr.Button("Check loss scaling", variant="primary")
     result = gr.Markdown()
     button.click(bind(loss_check, settings), [setup["count"], setup["boxes"], setup["batch"], seed],

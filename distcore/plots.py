@@ -44,14 +44,12 @@ def format_ids(ids: list[int], max_chars: int = 22) -> str:
     return text
 
 
-def cell_kind(ids: list[int], global_batch: int, replicas: int) -> int:
-    """EMPTY, PARTIAL or FULL for one replica's share of one global batch."""
+def cell_kind(ids: list[int], step_total: int, global_batch: int) -> int:
+    """EMPTY, PARTIAL or FULL for one replica's piece of one global batch: a piece of a full
+    global batch is FULL whatever its size (TensorFlow's pieces can differ, e.g. 22/22/20)."""
     if not ids:
         return EMPTY
-    # When the global batch does not divide evenly, some replicas get
-    # G//R + 1 examples and others G//R; both count as a full share.
-    expected = max(1, global_batch // max(1, replicas))
-    return FULL if len(ids) >= expected else PARTIAL
+    return FULL if step_total >= global_batch else PARTIAL
 
 
 def shown_steps(n_steps: int, max_rows: int) -> list[int]:
@@ -80,7 +78,8 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     z, text, hover, ylabels = [], [], [], []
     for s in rows:
         row = list(steps[s]) + [[]] * (replicas - len(steps[s]))
-        z.append([cell_kind(ids, global_batch, replicas) for ids in row])
+        total = sum(len(ids) for ids in row)
+        z.append([cell_kind(ids, total, global_batch) for ids in row])
         text.append([format_ids(ids) for ids in row])
         hover.append([f"{len(ids)} examples: {format_ids(ids, 200)}" for ids in row])
         ylabels.append(_step_label(s, row, global_batch))
@@ -96,7 +95,8 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     if len(rows) < len(steps):
         title += f" (showing the first {max_rows // 2} and last {max_rows - max_rows // 2})"
     fig.update_layout(
-        title={"text": title + "<br><sup>blue = full share, amber = partial, grey = empty</sup>"},
+        title={"text": title + "<br><sup>blue = piece of a full global batch, amber = piece of a partial one, "
+                       "grey = empty</sup>"},
         yaxis={"autorange": "reversed", "type": "category"},
         xaxis={"side": "top", "type": "category"},
         height=170 + 48 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 110, "b": 10},
@@ -135,20 +135,30 @@ def split_facts(plan: dict) -> list[str]:
     return facts
 
 
+def pieces_text(plan: dict) -> str:
+    """How a full global batch was cut, as the plan shows it ('' if no step is full)."""
+    global_batch = int(plan.get("global_batch") or 0)
+    full = next(([len(ids) for ids in row] for row in plan.get("steps") or []
+                 if sum(len(ids) for ids in row) >= global_batch), None)
+    if not full:
+        return ""
+    if len(set(full)) == 1:
+        return f" (per-replica batch {full[0]})"
+    return f" (each full global batch split {'/'.join(map(str, full))})"
+
+
 def split_summary(plan: dict, max_facts: int = 8) -> str:
     """Markdown: the headline numbers, then what happened (distcore's notes, else our own)."""
     steps = plan.get("steps") or []
     examples = sum(len(ids) for row in steps for ids in row)
-    lines = [
-        f"**{examples} examples → {len(steps)} global batches of {plan.get('global_batch')}"
-        f" on {plan.get('replicas')} replicas** (per-replica batch {plan.get('per_replica_batch')})."
-    ]
+    lines = [f"**{examples} examples → {len(steps)} global batches of {plan.get('global_batch')}"
+             f" on {plan.get('replicas')} replicas**{pieces_text(plan)}."]
     facts = split_facts(plan)
     if facts:
         shown = facts[:max_facts] + ([f"… and {len(facts) - max_facts} more."] if len(facts) > max_facts else [])
         lines.append(" ".join(shown))
     else:
-        lines.append("Every global batch is full and every replica gets its share.")
+        lines.append("Every global batch is full and every replica got a piece of each.")
     notes = plan.get("notes") or []
     if notes:
         lines.append("\n**What distcore saw:**")
@@ -179,9 +189,15 @@ def epoch_records(metrics: list[dict]) -> list[dict]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
-def _empty_note(fig: go.Figure, text: str) -> go.Figure:
-    fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper",
-                       x=0.5, y=0.5, font={"size": 14, "color": "#888"})
+def _empty_note(fig: go.Figure, text: str, panels: int = 1) -> go.Figure:
+    """No data yet: blank axes (not Plotly's default -1..6) and the note in each panel's middle."""
+    blank = {"showticklabels": False, "showgrid": False, "zeroline": False, "range": [0, 1]}
+    fig.update_xaxes(**blank)
+    fig.update_yaxes(**blank)
+    for n in range(1, panels + 1):
+        suffix = "" if n == 1 else str(n)
+        fig.add_annotation(text=text, showarrow=False, xref=f"x{suffix} domain", yref=f"y{suffix} domain",
+                           x=0.5, y=0.5, font={"size": 14, "color": "#888"})
     return fig
 
 
@@ -216,7 +232,7 @@ def epoch_figure(metrics: list[dict]) -> go.Figure:
         ), row=1, col=col)
     fig.update_xaxes(title_text="epoch", dtick=1)
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 50, "b": 10})
-    return fig if epochs else _empty_note(fig, "no finished epoch yet")
+    return fig if epochs else _empty_note(fig, "no finished epoch yet", panels=2)
 
 
 def confusion_figure(confusion: list[list[int]], class_names: list[str]) -> go.Figure:

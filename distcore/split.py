@@ -132,8 +132,7 @@ def describe(result: dict) -> list[str]:
     elif result["api"] == "dataset":
         notes.append(
             f"experimental_distribute_dataset: the dataset is batched by the global batch ({g}) and "
-            f"TensorFlow re-batches every global batch into {replicas} per-replica pieces "
-            f"of up to {-(-g // replicas)}."
+            f"TensorFlow re-batches every global batch into {replicas} per-replica pieces."
         )
     else:
         notes.append(
@@ -166,7 +165,7 @@ def explain_tf_error(config: SplitConfig, err) -> str:
                  "reads no files: use --files F, or the DATA or AUTO policy.)")
     elif config.policy in ("file", "auto") and config.workers > config.files:
         text += (f" (FILE sharding hands out whole files: {config.files} file(s) cannot be split over "
-                 f"{config.workers} workers, so TensorFlow stops. Use more files than workers, or the DATA policy.)")
+                 f"{config.workers} workers, so TensorFlow stops. Use at least as many files as workers, or the DATA policy.)")
     return text
 
 
@@ -180,6 +179,9 @@ def cluster_notes(plans: list[dict]) -> list[str]:
     if repeated:
         notes.append(f"{repeated} example(s) reached more than one worker: with this policy each worker "
                      "reads data the others also read (OFF: everything).")
+        return notes
+    if plans[0]["api"] == "function":
+        notes.append(function_sharding_note(seen))
         return notes
     notes.append("No example reached two workers: the policy divided the data between them.")
     g, policy, files = plans[0]["global_batch"], plans[0]["policy"], plans[0]["files"]
@@ -197,14 +199,92 @@ def cluster_notes(plans: list[dict]) -> list[str]:
     return notes
 
 
+def function_sharding_note(seen: list[list[int]]) -> str:
+    """distribute_datasets_from_function: the input function's own shard(), not the policy."""
+    workers = len(seen)
+    text = ("No example reached two workers: distribute_datasets_from_function does not apply the shard "
+            "policy; distcore's input function shards the ids itself with "
+            "dataset.shard(num_input_pipelines, input_pipeline_id)")
+    if all(i % workers == w for w, ids in enumerate(seen) for i in ids):
+        text += f", so each worker took every {ordinal(workers)} id (worker w: ids w, w+{workers}, …)"
+    return text + "."
+
+
+def ordinal(n: int) -> str:
+    return {2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
 def policy_note(result: dict) -> str:
     policy = result["policy"].upper()
     if result.get("workers", 1) > 1 and result["api"] == "dataset":
-        return (f"Shard policy {policy} divides the data between the {result['workers']} workers "
-                "(each worker's steps are listed separately).")
+        return (f"Shard policy {policy} decides whether and how the data is divided between the "
+                f"{result['workers']} workers; the ids each worker received show what it did.")
     if result["api"] == "function":
         return (f"Shard policy {policy} is not used by distribute_datasets_from_function: the input "
                 "function shards itself with InputContext (num_input_pipelines, input_pipeline_id).")
-    return (f"Shard policy {policy} decides how data is divided between *workers*; in one process "
-            "(one worker) every replica reads from the same pipeline, so it changes nothing here; "
-            "it acts under MultiWorkerMirroredStrategy, with one pipeline per worker process.")
+    if result["replicas"] == 1:
+        return (f"Shard policy {policy} decides how data is divided between *workers*; with one worker "
+                "and one replica there is nothing to divide, so it changes nothing here.")
+    return rebatch_note(result)
+
+
+def rebatch_note(result: dict) -> str:
+    """One worker, several replicas, experimental_distribute_dataset: the policy still decides
+    how TensorFlow cuts each global batch into per-replica pieces. Says what this plan shows."""
+    policy, g = result["policy"].upper(), result["global_batch"]
+    sizes = [[len(ids) for ids in step] for step in result["steps"]]
+    full = next((s for s in sizes if sum(s) == g), None)
+    partial = [(n, s) for n, s in enumerate(sizes, start=1) if sum(s) < g]
+    seen = [f"each full global batch became {slashed(full)}"] if full else []
+    seen += [f"the partial step {n} ({sum(s)} examples) became {slashed(s)}" for n, s in partial]
+    text = (f"Shard policy {policy}: in one process (one worker) no data is divided between workers, "
+            "but the policy still decides how a global batch is cut into per-replica pieces. "
+            f"Here {' and '.join(seen)}.")
+    story = how_cut(full, [s for _, s in partial]) if full else ""
+    return f"{text} {story}" if story else text
+
+
+FIXED_SIZES = ("That is TensorFlow's rebatch to fixed per-replica sizes ({}), filled in order, so a partial "
+               "batch fills the first replicas and the last ones can get little or nothing: what it does "
+               "under FILE and OFF sharding, and under AUTO when it shards by file.")
+OWN_SIZE = ("That is the legacy rebatch, which cuts every batch, a partial one too, into pieces of "
+            "ceil(size / replicas), the last replica(s) getting what is left: under DATA sharding (and AUTO "
+            "when the input reads no files, so it falls back to DATA) tf.data's auto-shard rewrite puts it in "
+            "place of the rebatch to fixed per-replica sizes.")
+SAME = ("TensorFlow's two ways of cutting a batch (fixed per-replica sizes filled in order under FILE, OFF and "
+        "AUTO by file; pieces of ceil(size / replicas) under DATA and AUTO's DATA fallback) give the same "
+        "pieces here, so the policy changes nothing in this plan.")
+
+
+def how_cut(full: list[int], partial: list[list[int]]) -> str:
+    """Which of TensorFlow's two rebatches this plan's piece sizes show ('' if they contradict both)."""
+    replicas = len(full)
+    fixed, own = False, False
+    for sizes in [full, *partial]:
+        total = sum(sizes)
+        as_fixed = cut_evenly(full) and sizes == fill(full, total)
+        as_own = sizes == fill([-(-total // replicas)] * replicas, total)
+        fixed |= as_fixed and not as_own
+        own |= as_own and not as_fixed
+        if not (as_fixed or as_own):
+            return ""
+    if fixed != own:
+        return FIXED_SIZES.format(slashed(full)) if fixed else OWN_SIZE
+    return "" if fixed else SAME
+
+
+def slashed(sizes: list[int]) -> str:
+    return "/".join(map(str, sizes))
+
+
+def fill(pieces: list[int], total: int) -> list[int]:
+    """`total` examples poured into `pieces` in order."""
+    filled = []
+    for piece in pieces:
+        filled.append(min(piece, total))
+        total -= filled[-1]
+    return filled
+
+
+def cut_evenly(sizes: list[int]) -> bool:
+    return max(sizes) - min(sizes) <= 1

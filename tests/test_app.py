@@ -202,7 +202,7 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     assert len(fig.data[0].z) == 10 and len(gallery) == 16
     image, caption = gallery[0]
     assert image.shape == (112, 112) and "Ankle boot" in caption  # test image 0 is a boot
-    assert all(c.startswith("✓ ") or "(true: " in c for _, c in gallery)
+    assert all(c.startswith("✓ ") or " → " in c for _, c in gallery)
     md, _, _ = app.evaluate(settings, "r1", ckpt, app.ON_DEVICES, 3, [])
     assert "cpu:0, cpu:1, cpu:2" in md
     assert is_error(app.evaluate(settings, "r1", "ckpt-999999", app.NO_STRATEGY, 2, [])[0])
@@ -258,3 +258,133 @@ def test_two_worker_processes_split_and_train(settings):
     assert "**finished**" in status
     assert runs.read_config(settings.runs_root / "pair")["workers"] == 2
     assert runs.last_logged_step(settings.runs_root / "pair") == 12
+
+
+# ---------------------------------------------------------------- QA issues (fix-ui)
+
+def test_batch_note_counts_worker_processes(settings):
+    # 2 logical devices chosen, but 3 worker processes: 3 replicas, one per worker.
+    note = app.batch_note(settings, 64, 2, [], 3)
+    assert "does not divide evenly by 3 replicas" in note and "worker process" in note
+    assert "Per-replica batch: **32** (64 / 2 replicas: one CPU replica per worker process)" in \
+        app.batch_note(settings, 64, 2, [], 2)
+    count, boxes = app.devices_in_use(3)
+    assert count["interactive"] is False and boxes["interactive"] is False
+    assert app.devices_in_use(1)[0]["interactive"] is True
+
+
+def test_setup_line_names_the_worker_processes():
+    line = app.config_line({"model": "cnn", "global_batch": 64, "devices": ["cpu:0"], "workers": 2})
+    assert "global batch 64 on 2 worker processes (cpu:0 each)" in line
+    assert "global batch 64 on cpu:0, cpu:1 ·" in app.config_line({"global_batch": 64, "devices": ["cpu:0", "cpu:1"]})
+
+
+def test_show_split_refuses_more_fashion_examples_than_exist(settings, planner):
+    fig, text = split(settings, planner, 150, 64, 2, source=app.FASHION, train_examples=70000)
+    trained, _ = app.start_run(settings, threading.Lock(), "big", *form(train_examples=70000))
+    assert fig is None and is_error(text) and is_error(trained)
+    assert "train examples (70000) must be a whole number from 1 to 60000" in text and text == trained
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"batch": None}, "global batch size is empty"),
+    ({"epochs": None}, "epochs is empty"),
+    ({"lr": None}, "learning rate is empty"),
+    ({"batch": 12.7}, "global batch size (12.7) must be a whole number"),
+    ({"workers": 0}, "worker processes (0) must be a whole number from 1 to 8"),
+])
+def test_empty_or_odd_training_fields_are_named_plainly(settings, over, message):
+    text, _ = app.start_run(settings, threading.Lock(), "odd", *form(**over))
+    assert is_error(text) and message in text and "None" not in text
+
+
+def test_empty_or_odd_split_and_loss_fields_are_named_plainly(settings, planner):
+    assert "global batch size is empty" in app.loss_check(settings, 2, [], None, 0)
+    assert "(0)" not in app.loss_check(settings, 2, [], None, 0)
+    assert "global batch size is empty" in app.batch_note(settings, None, 2, [])
+    assert "must be a whole number from 1 to 65536" in app.batch_note(settings, 1e20, 2, [])
+    assert "(12.7) must be a whole number" in app.batch_note(settings, 12.7, 2, [])
+    assert "worker processes (0) must be" in split(settings, planner, 150, 64, 2, workers=0)[1]
+    assert "global batch size (12.7)" in split(settings, planner, 150, 12.7, 2)[1]
+    assert "worker processes is empty" in split(settings, planner, 150, 64, 2, workers=None)[1]
+
+
+def test_gallery_captions_show_the_true_class_first_and_fit_a_thumbnail():
+    names = app.data.CLASS_NAMES
+    assert app.gallery_caption(7, 5) == f"✗ {names[5]} → {names[7]}"  # true Sandal, predicted Sneaker
+    assert app.gallery_caption(9, 9) == f"✓ {names[9]}"
+    assert max(len(app.gallery_caption(p, t)) for p in range(10) for t in range(10)) <= 26
+
+
+def write_run(root, name, state, checkpoints=(), log="", events=()):
+    run = root / name
+    (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text(json.dumps({"global_batch": 64, "devices": ["cpu:0"]}))
+    (run / "status.json").write_text(json.dumps({"state": state}))
+    for c in checkpoints:
+        (run / "checkpoints" / f"{c}.index").write_text("")
+    (run / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / jobs.LOG_FILE).write_text(log)
+    return run
+
+
+def test_log_lines_keep_events_and_process_output_apart_in_their_own_order(settings):
+    events = [{"event": "start", "step": 0, "message": "training", "time": 1e9},
+              {"event": "stopped", "step": 40, "message": "stop requested", "time": 1e9 + 60}]
+    log = "\n$ distcore train --run-dir x\nstopped at step 40 of 2814; run directory: x\n"
+    write_run(settings.runs_root, "logged", "stopped", events=events, log=log)
+    lines = app.run_view(settings, "logged")[3].splitlines()
+    command = next(i for i, line in enumerate(lines) if line.startswith("$ distcore train"))
+    stopped_event = next(i for i, line in enumerate(lines) if "] stopped at step 40" in line)
+    assert lines[0] == "── events ──" and lines.index("── process output (train.log) ──") == 3
+    assert stopped_event < 3 < command < lines.index("stopped at step 40 of 2814; run directory: x")
+
+
+def test_evaluate_pickers_follow_run_states_and_new_checkpoints(settings):
+    run = write_run(settings.runs_root, "qa", "running")
+    run_update, ckpt_update, seen = app.poll_evaluate_lists(settings, None, None, None)
+    assert run_update["value"] == "qa" and run_update["choices"] == [("qa (running)", "qa")]
+    assert ckpt_update["choices"] == [] and ckpt_update["value"] is None
+    assert app.poll_evaluate_lists(settings, "qa", None, seen) == (gr.skip(), gr.skip(), seen)
+    write_run(settings.runs_root, "qa", "finished", checkpoints=["ckpt-20", "ckpt-40"])
+    run_update, ckpt_update, seen = app.poll_evaluate_lists(settings, "qa", None, seen)
+    assert run_update["choices"] == [("qa (finished)", "qa")] and "value" not in run_update
+    assert ckpt_update["choices"] == ["ckpt-20", "ckpt-40"] and ckpt_update["value"] == "ckpt-40"
+    # A checkpoint the user chose stays chosen.
+    (run / "checkpoints" / "ckpt-60.index").write_text("")
+    _, ckpt_update, _ = app.poll_evaluate_lists(settings, "qa", "ckpt-20", seen)
+    assert ckpt_update["choices"][-1] == "ckpt-60" and "value" not in ckpt_update
+
+
+def test_following_another_run_clears_the_exported_files(tmp_path):
+    demo = app.build_app(runs_root=tmp_path, devices_info=CPU_ONLY, planner=jobs.Planner())
+    config = demo.get_config_file()
+    ids = {c.get("props", {}).get("label"): c["id"] for c in config["components"]}
+    run, files = ids["Run to follow"], ids["Files"]
+    clears = [d for d in config["dependencies"] if (run, "change") in d["targets"] and files in d["outputs"]]
+    assert len(clears) == 1
+    fn = demo.fns[clears[0]["id"]].fn
+    assert fn() == (None, "")
+
+
+def test_a_double_click_on_start_with_no_name_starts_one_run(tmp_path):
+    settings = app.make_settings(tmp_path / "runs", max_jobs=2, devices_info=CPU_ONLY)
+    lock = threading.Lock()
+    fields = form(max_steps=2, train_examples=640)
+    first, dropdown, recent = app.start_click(settings, lock, None, "", *fields)
+    again, skipped, recent2 = app.start_click(settings, lock, recent, "", *fields)
+    try:
+        assert "Started **run-" in first and "Already started" in again and skipped == gr.skip()
+        assert recent2 == recent and [p.name for p in jobs.run_dirs(settings.runs_root)] == [dropdown["value"]]
+    finally:
+        for run in jobs.run_dirs(settings.runs_root):
+            jobs.stop_training(run)
+            jobs.wait_until_done(run, timeout=120)
+
+
+def test_whole_number_fields_hand_decimals_over_to_be_refused(tmp_path):
+    # precision=0 made Gradio round 12.7 to 13 before any handler saw it.
+    demo = app.build_app(runs_root=tmp_path, devices_info=CPU_ONLY, planner=jobs.Planner())
+    numbers = {b.label: b for b in demo.blocks.values() if isinstance(b, gr.Number)}
+    for label in ("Global batch size", "Epochs", "Worker processes", "Training examples", "N (toy dataset size)"):
+        assert numbers[label].preprocess(12.7) == 12.7

@@ -151,4 +151,11 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     accuracy = float(re.search(r"Accuracy (\d+\.\d+)%", result.inner_text()).group(1))
     assert 10 < accuracy <= 100, "a model trained for a few hundred steps beats chance"
     expect(page.get_by_text(re.compile("^[✓✗] ")).first).to_be_visible()
+    # Every caption fits under its image, the longest possible one too (written into a caption
+    # here, so the check does not depend on what this model got wrong): none is cut off.
+    cut = page.evaluate("""() => [...document.querySelectorAll('*')]
+        .filter(el => el.children.length === 0 && /^[✓✗] /.test(el.textContent || ''))
+        .map((el, i) => { if (i === 0) el.textContent = '✗ T-shirt/top → Ankle boot'; return el; })
+        .filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.textContent)""")
+    assert cut == [], f"captions cut off: {cut}"
     shot(page, tmp_path, "4-evaluate")

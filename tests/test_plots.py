@@ -130,3 +130,31 @@ def test_metrics_csv(tmp_path):
     assert [r["kind"] for r in rows[:4]] == ["event", "step", "step", "checkpoint"]
     assert rows[1]["loss"] == "2.3" and rows[-1]["test_accuracy"] == "0.62"
     assert rows[-1]["lr"] == "0.001"  # unknown keys are kept, after the known ones
+
+
+def test_pieces_of_a_full_batch_that_does_not_divide_are_blue_and_named_in_the_headline():
+    # 3 replicas, batch 64, N = 128 under DATA: TensorFlow cuts 22/22/20.
+    steps = [[list(range(k, k + 22)), list(range(k + 22, k + 44)), list(range(k + 44, k + 64))]
+             for k in (0, 64)]
+    fig = plots.split_figure(plan(steps, 64))
+    assert [list(r) for r in heatmap(fig).z] == [[plots.FULL] * 3] * 2
+    assert "amber = piece of a partial one" in fig.layout.title.text
+    text = plots.split_summary(plan(steps, 64))
+    assert "(each full global batch split 22/22/20)" in text and "per-replica batch 21" not in text
+    assert "Every global batch is full" in text
+
+
+def test_headline_of_a_batch_smaller_than_the_replica_count():
+    steps = [[[i] for i in range(6)] + [[], []], [[6 + i] for i in range(4)] + [[]] * 4]
+    text = plots.split_summary(plan(steps, 6))
+    assert "split 1/1/1/1/1/1/0/0" in text and "per-replica batch 0" not in text
+    assert "(per-replica batch 2)" in plots.split_summary(N6_G4_R2)
+
+
+def test_empty_figures_have_blank_axes_and_a_note_in_each_panel():
+    loss = plots.loss_figure([])
+    assert loss.layout.xaxis.showticklabels is False and list(loss.layout.yaxis.range) == [0, 1]
+    epochs = plots.epoch_figure([])
+    notes = [a for a in epochs.layout.annotations if a.text == "no finished epoch yet"]
+    assert sorted(a.xref for a in notes) == ["x domain", "x2 domain"]
+    assert epochs.layout.xaxis2.showticklabels is False

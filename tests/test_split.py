@@ -103,3 +103,63 @@ def test_one_replica_gets_every_batch_whole_and_the_notes_say_how(kw):
     assert one["steps"] == [[[0, 1, 2, 3]], [[4, 5]]]
     assert "PER_REPLICA" in " ".join(one["notes"])
     assert "PER_REPLICA" not in " ".join(plan(6, 4, 2, **kw)["notes"])
+
+
+# Issue: the policy note said a policy "changes nothing" in one worker while the plan under it
+# showed FILE and OFF cutting the partial batch 22/0 and AUTO and DATA 11/11.
+@pytest.mark.parametrize("policy,files,last,says", [
+    ("auto", 0, [11, 11], "legacy rebatch"),
+    ("data", 0, [11, 11], "legacy rebatch"),
+    ("file", 3, [22, 0], "fixed per-replica sizes (32/32)"),
+    ("off", 0, [22, 0], "fixed per-replica sizes (32/32)"),
+    ("auto", 3, [22, 0], "fixed per-replica sizes (32/32)"),
+])
+def test_policy_note_says_how_this_plan_cut_the_partial_batch(policy, files, last, says):
+    result = plan(150, 64, 2, policy=policy, files=files)
+    assert [len(ids) for ids in result["steps"][-1]] == last  # TensorFlow's own split
+    note = result["notes"][-1]
+    assert f"partial step 3 (22 examples) became {last[0]}/{last[1]}" in note and says in note
+    assert "changes nothing" not in note
+
+
+@pytest.mark.parametrize("policy,files,pieces,says", [
+    ("data", 0, [22, 22, 20], "legacy rebatch"),
+    ("off", 0, [22, 21, 21], "fixed per-replica sizes (22/21/21)"),
+])
+def test_policy_note_on_a_batch_that_does_not_divide(policy, files, pieces, says):
+    result = plan(128, 64, 3, policy=policy, files=files)
+    assert [[len(ids) for ids in step] for step in result["steps"]] == [pieces, pieces]
+    assert f"each full global batch became {'/'.join(map(str, pieces))}" in result["notes"][-1]
+    assert says in result["notes"][-1]
+
+
+def test_policy_note_when_both_rebatches_agree():
+    assert "changes nothing in this plan" in plan(128, 64, 2, policy="off")["notes"][-1]
+    assert split.how_cut([3, 2], []) == split.SAME
+    assert split.how_cut([3, 3], [[1, 4]]) == ""  # neither of TensorFlow's patterns: no story
+
+
+def worker_plan(steps, api="dataset", policy="auto", files=0):
+    return {"steps": steps, "replicas": 2, "global_batch": 4, "policy": policy, "api": api,
+            "files": files, "workers": 2, "examples": 10, "drop_remainder": False}
+
+
+def test_cluster_notes_for_the_function_api_name_the_input_functions_sharding():
+    # What `split --workers 2 --examples 10 --global-batch 4 --api function` returns.
+    plans = [worker_plan([[[0, 2]], [[4, 6]], [[8]]], api="function"),
+             worker_plan([[[1, 3]], [[5, 7]], [[9]]], api="function")]
+    notes = " ".join(split.cluster_notes(plans))
+    assert "DATA sharding" not in notes and "fell back" not in notes
+    assert "does not apply the shard policy" in notes and "every 2nd id" in notes
+    assert "not used by distribute_datasets_from_function" in split.policy_note(plans[0])
+
+
+def test_worker_policy_note_does_not_claim_the_data_was_divided():
+    note = split.policy_note(worker_plan([[[0, 1]]], policy="off", files=2))
+    assert "divides the data" not in note and "whether and how" in note
+
+
+def test_file_sharding_error_asks_for_at_least_as_many_files_as_workers():
+    config = SplitConfig(examples=12, global_batch=4, devices=("cpu:0",), policy="file", files=1, workers=2)
+    text = split.explain_tf_error(config, ValueError("Could not apply FILE based sharding"))
+    assert "at least as many files as workers" in text and "more files than workers" not in text
