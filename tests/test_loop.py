@@ -69,10 +69,11 @@ def test_partial_last_batch_is_divided_by_its_own_size(fmnist):
     assert loss == pytest.approx(single_device_mean_loss(fmnist, 40), rel=1e-5)
 
 
-@pytest.mark.parametrize("replicas,global_batch,n", [(3, 4, 2), (2, 2, 1)], ids=["2+0+0", "1+0"])
+@pytest.mark.parametrize("replicas,global_batch,n", [(3, 4, 4), (3, 4, 2), (2, 2, 1)], ids=["2+2+0", "1+1+0", "1+0"])
 def test_replicas_with_no_examples_train_like_one_device(fmnist, replicas, global_batch, n):
-    """A partial batch that leaves replicas empty: the CNN's oneDNN kernels fail on an
-    empty batch, so the step must not hand them one, and the empty replicas add nothing."""
+    """Batches that leave a replica empty (G=4 on 3 replicas is cut 2+2+0, even when full):
+    the CNN's oneDNN kernels fail on an empty batch, so the step must not hand them one,
+    and the empty replicas add nothing."""
     loss, count, weights = first_step(fmnist, replicas, n=n, global_batch=global_batch, optimizer="sgd", learning_rate=0.1)
     loss1, _, weights1 = first_step(fmnist, 1, n=n, global_batch=global_batch, optimizer="sgd", learning_rate=0.1)
     assert count == n
