@@ -134,9 +134,13 @@ def selected_devices(settings: AppSettings, cpu_count, gpu_boxes) -> tuple[str, 
     return devmod.resolve(replicas=int(cpu_count), gpus=0)
 
 
+def is_empty(value) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def whole(name: str, value, low: int = 1, high: int | None = None) -> int:
     """A whole-number field: "is empty" when blank, else distcore's own check (12.7 is refused)."""
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if is_empty(value):
         allowed = f"a whole number from {low}" + (f" to {high}" if high is not None else " up")
         raise DistcoreError(f"{name} is empty: enter {allowed}.")
     return check_int(name, value, low=low, high=high)
@@ -145,7 +149,7 @@ def whole(name: str, value, low: int = 1, high: int | None = None) -> int:
 def check_filled(**fields) -> None:
     """DistcoreError naming the first empty field (names with spaces: pass them with _)."""
     for name, value in fields.items():
-        if value is None or (isinstance(value, str) and not value.strip()):
+        if is_empty(value):
             raise DistcoreError(f"{name.replace('_', ' ')} is empty: enter a value.")
 
 
@@ -352,12 +356,18 @@ def run_label(settings: AppSettings, name: str) -> str:
     return f"{name} ({status.get('state', 'starting')})"
 
 
+def run_labels(settings: AppSettings) -> list[tuple[str, str]]:
+    """(label with state, name) for each run, newest first: the run pickers' choices."""
+    return [(run_label(settings, n), n) for n in list_run_names(settings)]
+
+
 def run_dropdown(settings: AppSettings, value=None):
     """Dropdown update listing the runs (newest first) and their states."""
-    names = list_run_names(settings)
+    labels = run_labels(settings)
+    names = [n for _, n in labels]
     if value not in names:
         value = names[0] if names else None
-    return gr.update(choices=[(run_label(settings, n), n) for n in names], value=value)
+    return gr.update(choices=labels, value=value)
 
 
 def list_run_names(settings: AppSettings) -> list[str]:
@@ -463,7 +473,7 @@ def poll_run(settings: AppSettings, name, last_sig):
 
 def poll_run_list(settings: AppSettings, last_labels):
     """Timer tick: refresh the run picker's labels (name and state) when they change."""
-    labels = [[run_label(settings, n), n] for n in list_run_names(settings)]
+    labels = [list(x) for x in run_labels(settings)]  # lists: what gr.State hands back
     if labels == (last_labels or []):
         return gr.skip(), last_labels
     return gr.update(choices=[tuple(x) for x in labels]), labels
@@ -473,9 +483,9 @@ def poll_evaluate_lists(settings: AppSettings, run, checkpoint, last):
     """Timer tick for the Evaluate tab: its run labels (states) and the chosen run's
     checkpoints, redrawn only when they change. A choice the user made is kept; a run is
     picked only when none is, a checkpoint only when none (or a vanished one) is."""
-    labels = [(run_label(settings, n), n) for n in list_run_names(settings)]
+    labels = run_labels(settings)
     picked = run or (default_run(settings) if labels else None)
-    ckpts = checkpoint_dropdown(settings, picked)["choices"]
+    ckpts = checkpoint_names(settings, picked)
     seen = [[list(x) for x in labels], picked, ckpts, checkpoint in ckpts]
     if seen == last:
         return gr.skip(), gr.skip(), last
@@ -501,11 +511,15 @@ def export_run(settings: AppSettings, name):
 
 # ---------------------------------------------------------------- evaluation
 
-def checkpoint_dropdown(settings: AppSettings, name):
+def checkpoint_names(settings: AppSettings, name) -> list[str]:
     try:
-        ckpts = runs.list_checkpoints(runs.safe_run_dir(settings.runs_root, name)) if name else []
+        return runs.list_checkpoints(runs.safe_run_dir(settings.runs_root, name)) if name else []
     except DistcoreError:
-        ckpts = []
+        return []
+
+
+def checkpoint_dropdown(settings: AppSettings, name):
+    ckpts = checkpoint_names(settings, name)
     return gr.update(choices=ckpts, value=ckpts[-1] if ckpts else None)
 
 
