@@ -161,12 +161,15 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
                              global_batch=config.global_batch, api="dataset", policy=config.policy,
                              drop_remainder=False)
     confusion = [[0] * 10 for _ in range(10)]
-    for batch in dist:
+    pipeline = [dist, iter(dist)]
+    del dist  # the list holds the only references
+    for batch in pipeline[1]:
         predicted, labels = step_fn(batch)
         if details:
             for p, y in zip(strategy.experimental_local_results(predicted), strategy.experimental_local_results(labels)):
                 for pi, yi in zip(p.numpy(), y.numpy()):
                     confusion[int(yi)][int(pi)] += 1
+    inputs.drop_later(pipeline)  # off this thread: see inputs.drop_later
     result = {
         "checkpoint": name, "step": step, "accuracy": float(accuracy_metric.result()),
         "loss": float(loss_metric.result()), "examples": n,

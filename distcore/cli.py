@@ -141,7 +141,7 @@ def split_config(request: dict, names) -> SplitConfig:
 
 
 def cmd_split(args) -> int:
-    from . import split
+    from . import inputs, split
 
     request = {"examples": args.examples, "global_batch": args.global_batch, "policy": args.policy,
                "api": args.api, "drop_remainder": args.drop_remainder, "files": args.files}
@@ -160,7 +160,9 @@ def cmd_split(args) -> int:
         plan = split.plan(split_config(request, devices.worker_devices()), devices.make_multiworker_strategy())
         plan["worker"] = task.index
     else:
-        plan = split.plan(split_config(request, device_names(args)))
+        spent = []
+        plan = split.plan(split_config(request, device_names(args)), spent=spent)
+        inputs.drop_later(spent)  # the answer need not wait for it (see split.plan)
     if args.json:
         print_json(plan)
         return 0
@@ -225,7 +227,7 @@ def read_json_output(path) -> dict | None:
 
 def cmd_planner(args) -> int:
     """One process, devices configured once, many plans: the app's split visualiser."""
-    from . import devices, split
+    from . import devices, inputs, split
     from .config import MAX_LOGICAL_CPUS
 
     devices.configure(MAX_LOGICAL_CPUS)
@@ -243,7 +245,7 @@ def cmd_planner(args) -> int:
                 names = devices.resolve(replicas=request.get("replicas", 2))
             spent = []
             print_json(split.plan(split_config(request, names), spent=spent))
-            spent.clear()  # after the answer: dropping the used iterator can block (see split.plan)
+            inputs.drop_later(spent)  # after the answer, and off this thread: it can block (see split.plan)
         except DistcoreError as err:
             print_json({"error": str(err)})
         except ValueError as err:
@@ -410,13 +412,26 @@ COMMANDS = {"devices": cmd_devices, "split": cmd_split, "planner": cmd_planner, 
             "evaluate": cmd_evaluate, "loss-check": cmd_loss_check, "bench": cmd_bench}
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, leave_at_once: bool = False) -> int:
+    """Run one command and return its exit status.
+
+    With `leave_at_once` (`python -m distcore`), a command that returns leaves the
+    process at once: everything it writes is on disk by then, and TensorFlow's teardown
+    of used iterators can take up to a minute (see inputs.drop_later), during which the
+    app would still count the run as active. Multi-worker processes exit normally, so
+    TensorFlow's coordination service sees them leave.
+    """
     args = build_parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if args.command in WARNINGS_SHOWN else "2")
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
     except DistcoreError as err:
         if getattr(args, "json", False):
             print_json({"error": str(err)})
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        code = 2
+    if leave_at_once and not getattr(args, "multi_worker", False):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

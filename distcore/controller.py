@@ -205,7 +205,14 @@ class Controller:
         dist = inputs.distribute(self.strategy, examples, global_batch=self.config.global_batch,
                                  api=self.config.api, policy=self.config.policy,
                                  drop_remainder=self.config.drop_remainder)
-        iterator = iter(dist)
+        pipeline = [dist, iter(dist)]
+        del dist  # the list holds the only references, so drop_later frees them off this thread
+        try:
+            self.train_epoch(pipeline[1], epoch, step, total)
+        finally:
+            inputs.drop_later(pipeline)
+
+    def train_epoch(self, iterator, epoch: int, step: int, total: int) -> None:
         limit = self.config.max_steps or float("inf")
         while step < limit and not self.stopping():
             chunk = int(min(self.steps_to_boundary(step), limit - step, self.steps_to_checkpoint(step)))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,22 @@ def distribute(strategy, make_examples, *, global_batch: int, api: str, policy: 
         return finish(ds, per_replica)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def drop_later(pipeline: list) -> threading.Thread:
+    """Empty `pipeline`, a list holding the last references to a used dataset and its
+    iterator, on a thread of its own; return that thread.
+
+    Deleting a used iterator waits for the tf.data autotuning thread of each pipeline it
+    holds (the host's, and one per device), and in TensorFlow 2.21 that thread can sleep
+    on for seconds after the iterator is cancelled: 0-25 s for a 2-replica epoch (README,
+    "Performance"). The deletion does not hold the GIL, so the next epoch trains meanwhile.
+    The thread is not a daemon: a process that exits normally waits for it, as it would
+    have waited for the deletion itself.
+    """
+    thread = threading.Thread(target=pipeline.clear, name="distcore-drop-iterator")
+    thread.start()
+    return thread
 
 
 def one_cpu_replica(strategy) -> bool:

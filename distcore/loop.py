@@ -17,6 +17,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from . import inputs
 from .config import TrainConfig
 from .model import create_model, forward
 from .optimizer import create_optimizer
@@ -128,7 +129,9 @@ class StepRunner:
         self.test_accuracy.reset_state()
         # The iterator is made here, eagerly: made inside the tf.function, it would read
         # the dataset's options in graph mode, and TensorFlow warns about that in the run log.
-        self.test_pass(iter(dist_dataset))
+        pipeline = [iter(dist_dataset)]
+        self.test_pass(pipeline[0])
+        inputs.drop_later(pipeline)
         return float(self.test_loss.result()), float(self.test_accuracy.result())
 
     def end_epoch(self) -> tuple[float, float]:

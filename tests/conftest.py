@@ -44,3 +44,28 @@ def trained_run(tmp_path_factory):
                          checkpoint_every=400)
     result = Controller(config, run_dir).run()
     return run_dir, result
+
+
+@pytest.fixture
+def dropped_iterators(monkeypatch):
+    """Watches inputs.drop_later: `deleted()` waits for its threads and returns the name
+    of the thread each handed-over iterator was deleted on."""
+    import threading
+    import weakref
+
+    from distcore import inputs
+
+    real, threads, deleted_on = inputs.drop_later, [], []
+
+    def watched(pipeline):
+        weakref.finalize(pipeline[-1], lambda: deleted_on.append(threading.current_thread().name))
+        threads.append(real(pipeline))
+        return threads[-1]
+
+    def deleted():
+        for thread in threads:
+            thread.join(timeout=120)
+        return deleted_on
+
+    monkeypatch.setattr(inputs, "drop_later", watched)
+    return deleted

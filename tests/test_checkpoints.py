@@ -32,6 +32,12 @@ def test_newest_checkpoint_with_details(trained_run):
     assert len(result["samples"]) == 16 and result["samples"][0]["label"] == 9  # test image 0 is an ankle boot
 
 
+def test_the_used_test_iterator_is_deleted_off_the_calling_thread(trained_run, dropped_iterators):
+    run_dir, _ = trained_run
+    assert checkpoints.evaluate(run_dir, "ckpt-400", cpus(2))["examples"] == 10000
+    assert dropped_iterators() == ["distcore-drop-iterator"]  # see inputs.drop_later
+
+
 def test_unknown_and_malformed_checkpoint_names(trained_run):
     run_dir, _ = trained_run
     with pytest.raises(DistcoreError, match="has no checkpoint ckpt-7; it has: ckpt-400"):

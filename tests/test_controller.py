@@ -75,6 +75,13 @@ def assert_same_run(reference, run_dir):
             assert a[key] == pytest.approx(b[key], rel=1e-4)
 
 
+def test_used_iterators_are_deleted_off_the_training_thread(tmp_path, dropped_iterators):
+    # Deleting a used iterator can take TensorFlow up to a minute (inputs.drop_later): each
+    # epoch's and each test pass's iterator must be deleted on a thread of its own.
+    assert Controller(small(), tmp_path / "r").run()["state"] == "finished"
+    assert dropped_iterators() == ["distcore-drop-iterator"] * 4  # 2 epochs, each with a test pass
+
+
 def test_stopped_and_resumed_run_matches_an_uninterrupted_one(tmp_path, uninterrupted):
 
     stop = StopFlag()
