@@ -29,7 +29,7 @@ import numpy as np
 from distcore import data, jobs, plots, runs
 from distcore import devices as devmod
 from distcore.config import (MAX_GLOBAL_BATCH, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
-                             DistcoreError, SplitConfig, TrainConfig, check_int)
+                             DistcoreError, SplitConfig, TrainConfig, check_int, is_empty)
 
 POLICY_CHOICES = tuple((p.upper(), p) for p in POLICIES)
 API_CHOICES = (("experimental_distribute_dataset", "dataset"),
@@ -134,18 +134,6 @@ def selected_devices(settings: AppSettings, cpu_count, gpu_boxes) -> tuple[str, 
     return devmod.resolve(replicas=int(cpu_count), gpus=0)
 
 
-def is_empty(value) -> bool:
-    return value is None or (isinstance(value, str) and not value.strip())
-
-
-def whole(name: str, value, low: int = 1, high: int | None = None) -> int:
-    """A whole-number field: "is empty" when blank, else distcore's own check (12.7 is refused)."""
-    if is_empty(value):
-        allowed = f"a whole number from {low}" + (f" to {high}" if high is not None else " up")
-        raise DistcoreError(f"{name} is empty: enter {allowed}.")
-    return check_int(name, value, low=low, high=high)
-
-
 def check_filled(**fields) -> None:
     """DistcoreError naming the first empty field (names with spaces: pass them with _)."""
     for name, value in fields.items():
@@ -155,7 +143,7 @@ def check_filled(**fields) -> None:
 
 def replica_count(settings: AppSettings, cpu_count, gpu_boxes, workers) -> int:
     """Replicas the form describes: one CPU replica per worker process with 2+ workers."""
-    workers = whole("worker processes", workers, high=MAX_WORKERS)
+    workers = check_int("worker processes", workers, high=MAX_WORKERS)
     return workers if workers > 1 else len(selected_devices(settings, cpu_count, gpu_boxes))
 
 
@@ -167,7 +155,7 @@ def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, worker
     """The per-replica batch next to the global batch, or a plain warning."""
     try:
         replicas = replica_count(settings, cpu_count, gpu_boxes, workers)
-        g = whole("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
+        g = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
     except DistcoreError as e:
         return error_md(e)
     several = int(workers) > 1  # replica_count checked it
@@ -182,7 +170,7 @@ def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, worker
 def devices_in_use(workers):
     """The device inputs are ignored with 2+ worker processes (one CPU replica each): grey them out."""
     try:
-        single = whole("worker processes", workers, high=MAX_WORKERS) == 1
+        single = check_int("worker processes", workers, high=MAX_WORKERS) == 1
     except DistcoreError:
         single = True
     info = ("No GPU here: the CPU is split into this many logical devices, one replica each." if single else
@@ -197,11 +185,11 @@ def show_split(settings: AppSettings, planner, source, toy_examples, train_examp
     """Ask the planner how TF splits the dataset; return (figure or None, summary markdown)."""
     try:
         # Fashion-MNIST has 60,000 training examples: the same check (and words) as Train's.
-        examples = whole("N (toy dataset size)", toy_examples) if source == TOY else whole(
+        examples = check_int("N (toy dataset size)", toy_examples) if source == TOY else check_int(
             "train examples", train_examples, high=TRAIN_SIZE)
-        global_batch = whole("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
-        files = whole("source files", files, low=0, high=64)
-        workers = whole("worker processes", workers, high=MAX_WORKERS)
+        global_batch = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
+        files = check_int("source files", files, low=0, high=64)
+        workers = check_int("worker processes", workers, high=MAX_WORKERS)
         if workers > 1:
             return split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files)
         names = selected_devices(settings, cpu_count, gpu_boxes)
@@ -242,7 +230,7 @@ def train_config(settings, cpu_count, gpu_boxes, global_batch, policy, api, mode
     """Validate the form with distcore's own rules (no TensorFlow needed)."""
     check_filled(global_batch_size=global_batch, learning_rate=learning_rate, epochs=epochs,
                  steps_per_loop=steps_per_loop, train_examples=train_examples, test_examples=test_examples)
-    workers = whole("worker processes", workers, high=MAX_WORKERS)
+    workers = check_int("worker processes", workers, high=MAX_WORKERS)
     # Under MultiWorkerMirroredStrategy a CPU-only worker has exactly one replica.
     names = ("cpu:0",) if workers > 1 else selected_devices(settings, cpu_count, gpu_boxes)
     return TrainConfig(
@@ -332,8 +320,8 @@ def resume_run(settings: AppSettings, lock, name, epochs, max_steps):
         run_dir = run_dir_of(settings, name)
         saved = runs.read_config(run_dir)
         extend = {}
-        epochs = whole("epochs", epochs, high=1000)
-        max_steps = whole("max steps", max_steps, low=0) if max_steps is not None else 0
+        epochs = check_int("epochs", epochs, high=1000)
+        max_steps = check_int("max steps", max_steps, low=0) if max_steps is not None else 0
         if epochs > int(saved.get("epochs") or 0):
             extend["epochs"] = epochs
         if max_steps > int(saved.get("max_steps") or 0):
@@ -580,8 +568,8 @@ def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed) 
     try:
         names = selected_devices(settings, cpu_count, gpu_boxes)
         args = ["loss-check", *device_args(names), "--global-batch",
-                str(whole("global batch size", global_batch, high=MAX_GLOBAL_BATCH)),
-                "--seed", str(whole("seed", seed, low=0))]
+                str(check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)),
+                "--seed", str(check_int("seed", seed, low=0))]
         r = jobs.run_cli_json(args, timeout=600)
     except DistcoreError as e:
         return error_md(e)

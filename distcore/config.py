@@ -27,10 +27,17 @@ class DistcoreError(Exception):
     """An error the user caused; the message is for people, not a traceback."""
 
 
+def is_empty(value) -> bool:
+    """None (a field left empty in the app, or a value never given) or blank text."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def check_int(name: str, value, *, low: int = 1, high: int | None = None) -> int:
     """Return `value` as an int, or raise a DistcoreError naming the allowed range."""
     allowed = f"a whole number from {low}" + (f" to {high}" if high is not None else " up")
-    if isinstance(value, bool) or value is None:
+    if is_empty(value):
+        raise DistcoreError(f"{name} is empty: it must be {allowed}.")
+    if isinstance(value, bool):
         raise DistcoreError(f"{name} ({value!r}) must be {allowed}.")
     if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
@@ -49,6 +56,8 @@ def check_int(name: str, value, *, low: int = 1, high: int | None = None) -> int
 
 
 def check_float(name: str, value, *, low: float, high: float, low_open: bool = False) -> float:
+    if is_empty(value):
+        raise DistcoreError(f"{name} is empty: it must be a number.")
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -61,7 +70,9 @@ def check_float(name: str, value, *, low: float, high: float, low_open: bool = F
 
 
 def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
-    text = str(value).strip().lower() if value is not None else ""
+    if is_empty(value):
+        raise DistcoreError(f"{name} is empty: it must be one of: {', '.join(choices)}.")
+    text = str(value).strip().lower()
     if text not in choices:
         raise DistcoreError(f"{name} ({value!r}) must be one of: {', '.join(choices)}.")
     return text

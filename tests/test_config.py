@@ -3,7 +3,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from distcore.config import DistcoreError, SplitConfig, TrainConfig, check_int
+from distcore.config import DistcoreError, SplitConfig, TrainConfig, check_choice, check_float, check_int
 
 CPUS2 = ("cpu:0", "cpu:1")
 
@@ -69,11 +69,20 @@ def test_check_int_accepts_exactly_whole_numbers_in_range(value):
     try:
         result = check_int("n", value, low=1, high=100)
     except DistcoreError as err:
-        assert "n (" in str(err) and "1 to 100" in str(err)
+        assert str(err).startswith(("n is empty:", "n (")) and "1 to 100" in str(err)
         return
     assert isinstance(result, int) and 1 <= result <= 100
     if isinstance(value, float):
         assert math.isfinite(value) and value == result
+
+
+@pytest.mark.parametrize("value", [None, "", "  "])
+def test_an_empty_value_is_called_empty_not_none(value):
+    for check in (lambda: check_int("epochs", value), lambda: check_float("learning rate", value, low=0, high=1),
+                  lambda: check_choice("policy", value, ("auto", "off"))):
+        with pytest.raises(DistcoreError, match=r"^\w[\w ]* is empty: it must be ") as err:
+            check()
+        assert "None" not in str(err.value) and "''" not in str(err.value)
 
 
 def test_a_split_plan_too_long_to_read_is_refused_before_running():
