@@ -7,6 +7,7 @@ status.json, TensorBoard events and checkpoints.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -42,6 +43,29 @@ def test_dataset(strategy, config: TrainConfig, data):
                              policy=config.policy, drop_remainder=False)
 
 
+def worker_scratch() -> Path:
+    """A new folder for a non-chief worker's throwaway writes (removed when its run ends).
+
+    The folder's name holds the worker's pid. A worker killed with SIGKILL cannot remove
+    its folder, so the folders of workers no longer alive are removed here.
+    """
+    for old in Path(tempfile.gettempdir()).glob("distcore-worker-*-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"distcore-worker-{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 # The one check of a resume lives with the run directories (no TensorFlow there), so the
 # cluster launcher and the app can make it before they start any process.
 resume_config = runs.resume_config
@@ -61,7 +85,7 @@ class Controller:
         self.task = cluster.current_task() if config.workers > 1 else cluster.Task(workers=1, index=0)
         if self.task.workers != config.workers:
             raise DistcoreError(f"TF_CONFIG names {self.task.workers} workers but the run is for {config.workers}.")
-        self.write_dir = self.run_dir if self.task.is_chief else Path(tempfile.mkdtemp(prefix="distcore-worker-"))
+        self.write_dir = self.run_dir if self.task.is_chief else worker_scratch()
         if config.workers == 1:
             devices.prepare(config.devices)  # logical devices and threads, so config.json can record them
         self.prepare_dir(resume)
@@ -112,7 +136,7 @@ class Controller:
             # installed the signal handler first), so say the process is there.
             previous_step = (runs.read_status(self.run_dir) or {}).get("step", 0) if resume else 0
             runs.write_json_atomic(self.run_dir / "status.json", {
-                "state": "starting", "pid": _pid(), "step": previous_step,
+                "state": "starting", "pid": os.getpid(), "step": previous_step,
                 "total_steps": self.config.total_steps(), "time": time.time()})
         except OSError as err:
             raise DistcoreError(f"cannot write to the run directory {self.run_dir}: {err.strerror}.") from None
@@ -139,7 +163,7 @@ class Controller:
         self.emit({"event": event, "step": int(self.runner.step.numpy()), "message": message, **extra})
 
     def set_status(self, state: str, **extra) -> None:
-        record = {"state": state, "pid": _pid(), "step": int(self.runner.step.numpy()),
+        record = {"state": state, "pid": os.getpid(), "step": int(self.runner.step.numpy()),
                   "total_steps": self.config.total_steps(), "time": time.time(), **extra}
         runs.write_json_atomic(self.write_dir / "status.json", record)
 
@@ -277,12 +301,6 @@ class Controller:
         name = self.saver.save(step)
         self.emit({"event": "checkpoint", "step": step, "checkpoint": name,
                    "test_loss": test_loss, "test_accuracy": test_accuracy})
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
 
 
 def _keras_version() -> str:

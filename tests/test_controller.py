@@ -1,6 +1,9 @@
 """The outer loop: a real epoch learns; stop, resume and checkpoints keep their promises."""
 
 import json
+import os
+import subprocess
+import tempfile
 
 import numpy as np
 import pytest
@@ -9,7 +12,7 @@ import tensorflow as tf
 from conftest import cpus
 from distcore import checkpoints, inputs, runs
 from distcore.config import DistcoreError, TrainConfig
-from distcore.controller import Controller, StopFlag, resume_config, train_examples
+from distcore.controller import Controller, StopFlag, resume_config, train_examples, worker_scratch
 from distcore.loop import StepRunner
 
 
@@ -201,3 +204,20 @@ def test_file_policy_trains_from_tfrecord_shards(tmp_path, monkeypatch):
     result = Controller(small(epochs=1, policy="file", max_steps=6), tmp_path / "r").run()
     assert result["step"] == 6
     assert len(list((tmp_path / "cache").glob("*/part-*.tfrecord"))) == 8
+
+
+def test_a_workers_scratch_folder_replaces_those_of_dead_workers(tmp_path, monkeypatch):
+    # A bare `train --multi-worker` killed with SIGKILL cannot remove its own folder.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = tmp_path / f"distcore-worker-{gone.pid}-abc"
+    (dead / "checkpoints").mkdir(parents=True)
+    live = tmp_path / f"distcore-worker-{os.getppid()}-def"
+    live.mkdir()
+    other = tmp_path / "distcore-workers-xyz"  # a cluster launcher's folder: not this function's
+    other.mkdir()
+    new = worker_scratch()
+    assert new.parent == tmp_path and new.name.startswith(f"distcore-worker-{os.getpid()}-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([new.name, live.name, other.name])
