@@ -51,19 +51,9 @@ def worker_scratch() -> Path:
     """
     for old in Path(tempfile.gettempdir()).glob("distcore-worker-*-*"):
         pid = old.name.split("-")[2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not runs.pid_alive(pid):
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"distcore-worker-{os.getpid()}-"))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 # The one check of a resume lives with the run directories (no TensorFlow there), so the

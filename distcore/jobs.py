@@ -78,15 +78,7 @@ def run_cli_json(args: list[str], timeout: float = 600) -> dict:
 
 # ---------------------------------------------------------------- processes
 
-def pid_alive(pid) -> bool:
-    """True if pid runs and is not a zombie."""
-    try:
-        pid = int(pid)
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (TypeError, ValueError, OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+pid_alive = runs.pid_alive
 
 
 def pid_cmdline(pid) -> list[str]:

@@ -232,3 +232,14 @@ def truncate_metrics(run_dir, step: int, epochs: int | None = None) -> int:
 def reopened(record: dict, epochs: int | None) -> bool:
     """An epoch record of an epoch after the first `epochs`."""
     return epochs is not None and "train_loss" in record and record.get("epoch", 0) > epochs
+
+
+def pid_alive(pid) -> bool:
+    """True if pid runs and is not a zombie."""
+    try:
+        pid = int(pid)
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (TypeError, ValueError, OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
