@@ -29,7 +29,7 @@ import numpy as np
 from distcore import data, jobs, plots, runs
 from distcore import devices as devmod
 from distcore.config import (MAX_GLOBAL_BATCH, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
-                             DistcoreError, SplitConfig, TrainConfig, check_int, is_empty)
+                             DistcoreError, SplitConfig, TrainConfig, check_int)
 
 POLICY_CHOICES = tuple((p.upper(), p) for p in POLICIES)
 API_CHOICES = (("experimental_distribute_dataset", "dataset"),
@@ -134,13 +134,6 @@ def selected_devices(settings: AppSettings, cpu_count, gpu_boxes) -> tuple[str, 
     return devmod.resolve(replicas=int(cpu_count), gpus=0)
 
 
-def check_filled(**fields) -> None:
-    """DistcoreError naming the first empty field (names with spaces: pass them with _)."""
-    for name, value in fields.items():
-        if is_empty(value):
-            raise DistcoreError(f"{name.replace('_', ' ')} is empty: enter a value.")
-
-
 def replica_count(settings: AppSettings, cpu_count, gpu_boxes, workers) -> int:
     """Replicas the form describes: one CPU replica per worker process with 2+ workers."""
     workers = check_int("worker processes", workers, high=MAX_WORKERS)
@@ -228,8 +221,6 @@ def train_config(settings, cpu_count, gpu_boxes, global_batch, policy, api, mode
                  learning_rate, epochs, max_steps, steps_per_loop, checkpoint_every, seed,
                  train_examples, test_examples, drop_remainder=False, workers=1) -> TrainConfig:
     """Validate the form with distcore's own rules (no TensorFlow needed)."""
-    check_filled(global_batch_size=global_batch, learning_rate=learning_rate, epochs=epochs,
-                 steps_per_loop=steps_per_loop, train_examples=train_examples, test_examples=test_examples)
     workers = check_int("worker processes", workers, high=MAX_WORKERS)
     # Under MultiWorkerMirroredStrategy a CPU-only worker has exactly one replica.
     names = ("cpu:0",) if workers > 1 else selected_devices(settings, cpu_count, gpu_boxes)
