@@ -78,9 +78,6 @@ def run_cli_json(args: list[str], timeout: float = 600) -> dict:
 
 # ---------------------------------------------------------------- processes
 
-pid_alive = runs.pid_alive
-
-
 def pid_cmdline(pid) -> list[str]:
     try:
         with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
@@ -91,7 +88,7 @@ def pid_cmdline(pid) -> list[str]:
 
 def is_train_process(pid, run_dir: Path) -> bool:
     """True if pid is a live `distcore train` for this run dir (guards against pid reuse)."""
-    if not pid_alive(pid):
+    if not runs.pid_alive(pid):
         return False
     cmd = pid_cmdline(pid)
     return ("distcore" in cmd and ("train" in cmd or "cluster" in cmd)

@@ -11,6 +11,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from . import split  # its words for a plan; no TensorFlow at import
+
 EMPTY, PARTIAL, FULL = 0, 1, 2
 # Discrete colour scale: grey for empty, amber for partial, blue for full.
 _CELL_COLOURS = [
@@ -137,14 +139,12 @@ def split_facts(plan: dict) -> list[str]:
 
 def pieces_text(plan: dict) -> str:
     """How a full global batch was cut, as the plan shows it ('' if no step is full)."""
-    global_batch = int(plan.get("global_batch") or 0)
-    full = next(([len(ids) for ids in row] for row in plan.get("steps") or []
-                 if sum(len(ids) for ids in row) >= global_batch), None)
+    full = split.first_full(split.piece_sizes(plan), int(plan.get("global_batch") or 0))
     if not full:
         return ""
     if len(set(full)) == 1:
         return f" (per-replica batch {full[0]})"
-    return f" (each full global batch split {'/'.join(map(str, full))})"
+    return f" (each full global batch split {split.slashed(full)})"
 
 
 def split_summary(plan: dict, max_facts: int = 8) -> str:

@@ -232,8 +232,8 @@ def rebatch_note(result: dict) -> str:
     """One worker, several replicas, experimental_distribute_dataset: the policy still decides
     how TensorFlow cuts each global batch into per-replica pieces. Says what this plan shows."""
     policy, g = result["policy"].upper(), result["global_batch"]
-    sizes = [[len(ids) for ids in step] for step in result["steps"]]
-    full = next((s for s in sizes if sum(s) == g), None)
+    sizes = piece_sizes(result)
+    full = first_full(sizes, g)
     partial = [(n, s) for n, s in enumerate(sizes, start=1) if sum(s) < g]
     seen = [f"each full global batch became {slashed(full)}"] if full else []
     seen += [f"the partial step {n} ({sum(s)} examples) became {slashed(s)}" for n, s in partial]
@@ -271,6 +271,16 @@ def how_cut(full: list[int], partial: list[list[int]]) -> str:
     if fixed != own:
         return FIXED_SIZES.format(slashed(full)) if fixed else OWN_SIZE
     return "" if fixed else SAME
+
+
+def piece_sizes(plan: dict) -> list[list[int]]:
+    """Each step's per-replica piece sizes."""
+    return [[len(ids) for ids in step] for step in plan.get("steps") or []]
+
+
+def first_full(sizes: list[list[int]], global_batch: int) -> list[int] | None:
+    """The piece sizes of the first full global batch (None if every step is partial)."""
+    return next((s for s in sizes if sum(s) == global_batch), None)
 
 
 def slashed(sizes: list[int]) -> str:

@@ -171,7 +171,7 @@ def test_a_two_worker_run_stops_at_one_step_and_resumes(tmp_path):
     assert len(workers) == 2
     assert jobs.stop_training(run_dir)
     assert jobs.wait_until_done(run_dir, timeout=120)
-    assert not any(jobs.pid_alive(pid) for pid in workers)
+    assert not any(runs.pid_alive(pid) for pid in workers)
     stopped = jobs.job_progress(run_dir)
     assert stopped.state == "stopped"
     stop_step = runs.checkpoint_step(stopped.checkpoints[-1])
