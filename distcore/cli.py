@@ -263,17 +263,19 @@ def train_flags(args) -> dict:
     return {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
 
 
-def train_config(args) -> TrainConfig:
+def train_config(args, resumed: TrainConfig | None = None) -> TrainConfig:
+    """The run's configuration: the flags given, or for a resume the already checked `resumed` one,
+    with this process's devices (known only once TensorFlow is up; a resume may change them)."""
     from . import devices
 
-    given = train_flags(args)
+    given = train_flags(args) if resumed is None else {}
     if getattr(args, "multi_worker", False):
         given["workers"] = cluster.current_task().workers
         given["devices"] = devices.worker_devices()
     elif args.replicas is not None or args.devices is not None:
         given["devices"] = device_names(args)
-    if args.resume:
-        return runs.resume_config(args.run_dir, given)
+    if resumed is not None:
+        return resumed.replace(**given)
     given.setdefault("devices", device_names(args))
     return TrainConfig(**given)
 
@@ -284,14 +286,14 @@ def cmd_train(args) -> int:
     if args.multi_worker:
         refuse_device_flags(args, "--multi-worker",
                             "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
-    if args.resume:  # refused before this process claims the run, so a refusal leaves its status as it was
-        runs.resume_config(args.run_dir, train_flags(args))
+    # A resume is checked before this process claims the run, so a refusal leaves its status as it was.
+    resumed = runs.resume_config(args.run_dir, train_flags(args)) if args.resume else None
     stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
     stop.announce(args.resume)
     try:
         from . import controller
 
-        config = train_config(args)
+        config = train_config(args, resumed)
         progress = None if args.json or not sys.stderr.isatty() else Progress(config.total_steps())
         on_record = print_json if args.json else (progress.update if progress else None)
         trainer = controller.Controller(config, args.run_dir, resume=args.resume, stop=stop, on_record=on_record)
