@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import devices
+from . import devices, stopping
 from .config import DistcoreError
 
 POLL_SECONDS = 0.2
@@ -146,7 +146,8 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
 
 
 def worker_env(index: int, tf_config: str, workers: int, gpus_per_worker: int, scratch: str) -> dict:
-    env = {**os.environ, "TF_CONFIG": tf_config, "TMPDIR": scratch}  # TMPDIR: where tempfile creates
+    env = {**os.environ, "TF_CONFIG": tf_config, "TMPDIR": scratch,  # TMPDIR: where tempfile creates
+           stopping.LAUNCHED_ENV: "1"}  # watch() stops stuck workers itself
     if gpus_per_worker:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index * gpus_per_worker + g) for g in range(gpus_per_worker))
     else:  # the workers share this host's cores, as replicas of one process do

@@ -80,8 +80,11 @@ class Controller:
             devices.prepare(config.devices)  # logical devices and threads, so config.json can record them
         self.prepare_dir(resume)
         self.data = data_lib.subset(data_lib.load(config.data_dir), config.train_examples, config.test_examples)
-        self.strategy = (devices.make_multiworker_strategy() if config.workers > 1
-                         else devices.make_strategy(config.devices))
+        if config.workers > 1:
+            with self.stop.while_connecting():
+                self.strategy = devices.make_multiworker_strategy()
+        else:
+            self.strategy = devices.make_strategy(config.devices)
         self.runner = StepRunner(self.strategy, config)
         self.saver = checkpoints.Saver(self.runner.checkpoint(), self.write_dir / "checkpoints",
                                        read_folder=self.run_dir / "checkpoints")

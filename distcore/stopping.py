@@ -4,19 +4,31 @@ Before training begins there is nothing to save, so a stop request ends the
 process at once (even in the middle of importing TensorFlow) and marks the run
 stopped. Once the loop runs, a request only sets a flag: the outer loop sees it
 between chunks of steps, saves a checkpoint and exits cleanly. A worker of a
-cluster only ever sets the flag (see StopFlag).
+cluster only ever sets the flag (see StopFlag), unless it is asked twice while it
+still waits for its peers to connect (StopFlag.while_connecting).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from . import runs
 from .config import DistcoreError
+
+
+# Set by the cluster launcher in its workers' environment: it stops stuck workers itself.
+LAUNCHED_ENV = "DISTCORE_LAUNCHED_WORKER"
+# Signals this close together are one request (a Ctrl-C can reach a worker twice: from
+# the terminal, and through a wrapper script that passes signals on).
+SAME_REQUEST_SECONDS = 0.5
+BEFORE_TRAINING = "stopped before training began"
 
 
 class StopFlag:
@@ -26,7 +38,8 @@ class StopFlag:
         # Set by the outer loop when the first step is about to run. A worker of a cluster
         # never leaves alone, not even before training: its peers may already wait for it
         # in TensorFlow's start-up barrier or first all-reduce, and would hang. Its stop
-        # waits for the workers' agreement before the first chunk (they all stop at step 0).
+        # waits for the workers' agreement before the first chunk (they all stop at step 0);
+        # only a second request while it still waits for them ends it alone (while_connecting).
         self.training = cluster
 
     def set(self, *_):
@@ -52,10 +65,7 @@ class StopFlag:
             self.mark({**status, "state": "starting", "pid": os.getpid(), "message": ""})
 
     def mark(self, status: dict) -> None:
-        try:
-            runs.write_json_atomic(self.run_dir / "status.json", {**status, "time": time.time()})
-        except DistcoreError:
-            pass  # an unwritable run directory is reported, clearly, by whoever writes next
+        write_status(self.run_dir, status)
 
     def failed(self, message: str) -> None:
         """The set-up failed before training began: say so where the app looks."""
@@ -64,7 +74,76 @@ class StopFlag:
             self.mark({**status, "state": "failed", "message": message})
 
     def exit_before_training(self) -> None:
-        status = runs.read_status(self.run_dir)
-        if status is not None and status.get("pid") == os.getpid():
-            self.mark({**status, "state": "stopped", "message": "stopped before training began"})
+        mark_stopped(self.run_dir, os.getpid(), BEFORE_TRAINING)
         os._exit(0)  # nothing trained yet, nothing to save: do not wait for TensorFlow to load
+
+    @contextlib.contextmanager
+    def while_connecting(self):
+        """Around a cluster worker's wait for its peers in TensorFlow's start-up barrier.
+
+        No Python code runs there: TensorFlow holds the GIL until every worker has
+        connected, which may be never (a peer not started, a wrong address), so the
+        worker's own signal handlers wait too. Python's C signal handler still writes each
+        signal to the wakeup fd, and a small watcher process reads it. A first stop request
+        keeps its meaning (every worker stops at step 0 once all have connected), and the
+        watcher says so; a second one ends the worker at once (SIGKILL: nothing else gets
+        through), as before training anywhere. The other workers then wait for it, as for
+        a worker never started. Workers of the cluster launcher need none of this: it
+        stops stuck workers itself.
+        """
+        if os.environ.get(LAUNCHED_ENV) or threading.current_thread() is not threading.main_thread():
+            yield  # (the wakeup fd can only be set from the main thread)
+            return
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "distcore.stopping", str(read_end), str(os.getpid()), str(self.run_dir or "")],
+            pass_fds=(read_end,), start_new_session=True, env=env)  # its own session: no Ctrl-C of its own
+        os.close(read_end)
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        try:
+            yield
+        finally:
+            signal.set_wakeup_fd(previous)
+            os.close(write_end)  # the watcher reads the end of the pipe and leaves
+            watcher.wait()
+
+
+def write_status(run_dir: Path, status: dict) -> None:
+    try:
+        runs.write_json_atomic(run_dir / "status.json", {**status, "time": time.time()})
+    except DistcoreError:
+        pass  # an unwritable run directory is reported, clearly, by whoever writes next
+
+
+def mark_stopped(run_dir: Path | None, pid: int, message: str) -> None:
+    """Mark the run stopped, if its status names process `pid` (a worker's is the chief's)."""
+    status = runs.read_status(run_dir) if run_dir is not None else None
+    if status is not None and status.get("pid") == pid:
+        write_status(run_dir, {**status, "state": "stopped", "message": message})
+
+
+def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None) -> None:
+    """The watcher process of StopFlag.while_connecting: reads worker `pid`'s signals."""
+    first = None
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        while signums := pipe.read(64):
+            if not any(s in (signal.SIGTERM, signal.SIGINT) for s in signums):
+                continue
+            now = time.monotonic()
+            if first is None:
+                first = now
+                print("distcore: asked to stop while waiting for the cluster's other workers to connect. "
+                      "Every worker stops at step 0 once all have connected; ask again to leave now "
+                      "(the others will then wait for this one).", file=sys.stderr, flush=True)
+            elif now - first > SAME_REQUEST_SECONDS:
+                mark_stopped(run_dir, pid, BEFORE_TRAINING + " (while waiting for the other workers to connect)")
+                print("distcore: leaving now; the other workers will wait for this one.", file=sys.stderr, flush=True)
+                os.kill(pid, signal.SIGKILL)
+                return
+
+
+if __name__ == "__main__":
+    watch_while_connecting(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]) if sys.argv[3] else None)

@@ -183,3 +183,71 @@ def test_a_stop_reaching_only_the_chief_during_start_up_stops_both(tmp_path):
     status = runs.read_status(run_dir)
     assert (status["state"], status["step"]) == ("stopped", 0)
     assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r] == ["start", "stopped"]
+
+
+# Workers started by hand, one per host, as in the README's multi-host recipe (no launcher).
+BARE = ["train", "--multi-worker", "--train-examples", "640", "--test-examples", "100", "--max-steps", "10",
+        "--steps-per-loop", "5"]
+
+
+def start_bare_worker(tf_config, run_dir):
+    env = {k: v for k, v in os.environ.items() if k != "DISTCORE_LAUNCHED_WORKER"}
+    env["TF_CONFIG"] = tf_config
+    return subprocess.Popen([sys.executable, "-m", "distcore", *BARE, "--run-dir", str(run_dir)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def connect_watchers(pid):
+    """The watcher processes of a worker waiting for its peers (StopFlag.while_connecting)."""
+    found = subprocess.run(["pgrep", "-f", f"distcore.stopping [0-9]+ {pid} "], capture_output=True, text=True)
+    return found.stdout.split()
+
+
+def wait_until_waiting_for_peers(proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not connect_watchers(proc.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.1)
+
+
+def test_a_bare_worker_waiting_for_a_peer_that_never_comes_leaves_when_asked_twice(tmp_path):
+    # TensorFlow holds the GIL in its start-up barrier: without the watcher, no Ctrl-C gets through.
+    run_dir = tmp_path / "run"
+    alone = start_bare_worker(cluster.local_tf_configs(2)[0], run_dir)
+    try:
+        wait_until_waiting_for_peers(alone)
+        alone.send_signal(signal.SIGINT)
+        time.sleep(1.5)
+        assert alone.poll() is None  # a first request waits for the peers: every worker stops at step 0
+        alone.send_signal(signal.SIGINT)
+        assert alone.wait(timeout=20) == -signal.SIGKILL
+    finally:
+        if alone.poll() is None:
+            alone.kill()
+    stderr = alone.stderr.read()
+    assert "ask again to leave now" in stderr and "leaving now" in stderr
+    status = runs.read_status(run_dir)
+    assert status["state"] == "stopped" and "waiting for the other workers" in status["message"]
+    assert connect_watchers(alone.pid) == []
+
+
+def test_bare_workers_asked_once_while_connecting_stop_together_at_step_0(tmp_path):
+    run_dir = tmp_path / "run"
+    configs = cluster.local_tf_configs(2)
+    chief = start_bare_worker(configs[0], run_dir)
+    procs = [chief]
+    try:
+        wait_until_waiting_for_peers(chief)
+        chief.send_signal(signal.SIGINT)
+        procs.append(start_bare_worker(configs[1], run_dir))  # one shared run directory, as on shared storage
+        codes = [p.wait(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert codes == [0, 0], [p.stderr.read()[-2000:] for p in procs]
+    assert "ask again to leave now" in chief.stderr.read()
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["step"]) == ("stopped", 0)
+    assert [connect_watchers(p.pid) for p in procs] == [[], []]
