@@ -96,19 +96,21 @@ class StopFlag:
             return
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)  # the pipe keeps them meanwhile
         package_parent = str(Path(__file__).resolve().parent.parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
-        watcher = subprocess.Popen(
-            [sys.executable, "-m", "distcore.stopping", str(read_end), str(os.getpid()), str(self.run_dir or "")],
-            pass_fds=(read_end,), start_new_session=True, env=env)  # its own session: no Ctrl-C of its own
-        os.close(read_end)
-        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        watcher = None
         try:
+            watcher = subprocess.Popen(
+                [sys.executable, "-m", "distcore.stopping", str(read_end), str(os.getpid()), str(self.run_dir or "")],
+                pass_fds=(read_end,), start_new_session=True, env=env)  # its own session: no Ctrl-C of its own
             yield
         finally:
             signal.set_wakeup_fd(previous)
             os.close(write_end)  # the watcher reads the end of the pipe and leaves
-            watcher.wait()
+            os.close(read_end)
+            if watcher is not None:
+                watcher.wait()
 
 
 def write_status(run_dir: Path, status: dict) -> None:
