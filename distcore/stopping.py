@@ -62,19 +62,14 @@ class StopFlag:
             return
         if resume or not (self.run_dir / "config.json").exists():
             status = runs.read_status(self.run_dir) or {}
-            self.mark({**status, "state": "starting", "pid": os.getpid(), "message": ""})
-
-    def mark(self, status: dict) -> None:
-        write_status(self.run_dir, status)
+            write_status(self.run_dir, {**status, "state": "starting", "pid": os.getpid(), "message": ""})
 
     def failed(self, message: str) -> None:
         """The set-up failed before training began: say so where the app looks."""
-        status = runs.read_status(self.run_dir) if self.run_dir is not None else None
-        if status is not None and status.get("pid") == os.getpid() and status.get("state") == "starting":
-            self.mark({**status, "state": "failed", "message": message})
+        mark_state(self.run_dir, os.getpid(), "failed", message, only_from="starting")
 
     def exit_before_training(self) -> None:
-        mark_stopped(self.run_dir, os.getpid(), BEFORE_TRAINING)
+        mark_state(self.run_dir, os.getpid(), "stopped", BEFORE_TRAINING)
         os._exit(0)  # nothing trained yet, nothing to save: do not wait for TensorFlow to load
 
     @contextlib.contextmanager
@@ -120,11 +115,13 @@ def write_status(run_dir: Path, status: dict) -> None:
         pass  # an unwritable run directory is reported, clearly, by whoever writes next
 
 
-def mark_stopped(run_dir: Path | None, pid: int, message: str) -> None:
-    """Mark the run stopped, if its status names process `pid` (a worker's is the chief's)."""
+def mark_state(run_dir: Path | None, pid: int, state: str, message: str, only_from: str | None = None) -> None:
+    """Set the run's state, if its status names process `pid` (a worker's names the chief)
+    and, with `only_from`, is in that state."""
     status = runs.read_status(run_dir) if run_dir is not None else None
-    if status is not None and status.get("pid") == pid:
-        write_status(run_dir, {**status, "state": "stopped", "message": message})
+    if status is None or status.get("pid") != pid or only_from not in (None, status.get("state")):
+        return
+    write_status(run_dir, {**status, "state": state, "message": message})
 
 
 def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None) -> None:
@@ -141,7 +138,7 @@ def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None) -> Non
                       "Every worker stops at step 0 once all have connected; ask again to leave now "
                       "(the others will then wait for this one).", file=sys.stderr, flush=True)
             elif now - first > SAME_REQUEST_SECONDS:
-                mark_stopped(run_dir, pid, BEFORE_TRAINING + " (while waiting for the other workers to connect)")
+                mark_state(run_dir, pid, "stopped", BEFORE_TRAINING + " (while waiting for the other workers to connect)")
                 print("distcore: leaving now; the other workers will wait for this one.", file=sys.stderr, flush=True)
                 os.kill(pid, signal.SIGKILL)
                 return
