@@ -16,14 +16,17 @@ before the first measurement):
 
 - distcore: `loop.StepRunner.train_steps` fed by `inputs.distribute` exactly as
   `controller.Controller.run_epoch` does (same config defaults, K steps a call,
-  its Adam `optimizer.FusedAdam`: one fused kernel per variable);
+  its Adam `optimizer.FusedAdam`: one fused kernel per variable, and its
+  `model` Conv2D: the first layer's one-channel convolution runs as a depthwise one);
 - tutorial: the custom-training tutorial's loop as written (float32 arrays,
   from_tensor_slices, shuffle, batch, experimental_distribute_dataset, one
   `tf.function` call per step), changed only where current TensorFlow requires:
   `strategy.run`, Keras 3 `reduction="none"`, `optimizer.build` inside the scope,
-  and Adam is Keras 3's (as its users get it from `keras.optimizers.Adam()`);
+  and Adam and Conv2D are Keras 3's (as its users get them from `keras.optimizers.Adam()`
+  and `keras.layers.Conv2D`);
 - keras_fit: `Model.fit` under the same strategy (compiled inside the scope,
-  Adam, SparseCategoricalCrossentropy(from_logits=True), accuracy metric), fed
+  Keras's Adam and Conv2D, SparseCategoricalCrossentropy(from_logits=True),
+  accuracy metric), fed
   distcore's own input pipeline, so the comparison is about the loop alone.
 
 Also measured: step_only (distcore's replica step on a batch already on the
@@ -344,7 +347,7 @@ def format_report(report: dict) -> str:
               "intra-op threads per process: " + "; ".join(
                   f"{r}: " + ", ".join(f"{name} {info['intra_op_threads']}" for name, info in run["contenders"].items())
                   for r, run in report["runs"].items()),
-              "optimizers: " + ", ".join(f"{name} {info['optimizer']}"
+              "optimizers and Conv2D layers: " + ", ".join(f"{name} {info['optimizer']} + {info['conv2d']}'s"
                                          for name, info in next(iter(report["runs"].values()))["contenders"].items()), "",
               "CPU time per example (us, all threads; less disturbed by other load than wall time):"]
     for row in report["results"]:
@@ -649,7 +652,8 @@ def worker_serve(name: str, replicas: int, steps: int, warmup: int) -> None:
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     info = {"devices": list(names), "intra_op_threads": threads or "TensorFlow default",
             "strategy": type(strategy.extended._cross_device_ops).__name__,
-            "optimizer": type(contender.optimizer).__name__}
+            "optimizer": type(contender.optimizer).__name__,
+            "conv2d": type(contender.model.layers[0]).__module__.split(".")[0]}  # "keras" or "distcore"
     if name == "keras_fit":
         info["jit_compile"] = bool(contender.model.jit_compile)
     if name == "distcore":
@@ -694,7 +698,7 @@ class Distcore:
     def __init__(self, strategy, data):
         self.strategy, self.data = strategy, data
         self.config, self.runner = step_runner(strategy)
-        self.optimizer = self.runner.optimizer
+        self.model, self.optimizer = self.runner.model, self.runner.optimizer
         self.epoch = 0
 
     def measure(self, steps: int, warmup: int, timed=contextlib.nullcontext) -> tuple[float, float]:
@@ -756,10 +760,10 @@ class Tutorial:
             train_accuracy = keras.metrics.SparseCategoricalAccuracy(name="train_accuracy")
         keras.utils.set_random_seed(0)
         with strategy.scope():
-            model = create_model("cnn")
+            model = create_model("cnn", keras_conv=True)
             optimizer = keras.optimizers.Adam()
             optimizer.build(model.trainable_variables)  # Keras 3 with 2+ replicas
-        self.optimizer = optimizer
+        self.model, self.optimizer = model, optimizer
 
         def train_step(inputs):
             images, labels = inputs
@@ -816,7 +820,7 @@ class KerasFit:
         self.global_batch = PER_REPLICA_BATCH * strategy.num_replicas_in_sync
         keras.utils.set_random_seed(0)
         with strategy.scope():
-            self.model = create_model("cnn")
+            self.model = create_model("cnn", keras_conv=True)
             self.model.compile(optimizer=keras.optimizers.Adam(),
                                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                                metrics=[keras.metrics.SparseCategoricalAccuracy()])
@@ -864,7 +868,7 @@ class StepOnly:
 
         self.strategy = strategy
         config, self.runner = step_runner(strategy)
-        self.optimizer = self.runner.optimizer
+        self.model, self.optimizer = self.runner.model, self.runner.optimizer
         self.k = config.steps_per_loop
         n = PER_REPLICA_BATCH
         images, labels = inputs.normalize(data.train_images[:n], data.train_labels[:n])

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+
 from .config import DistcoreError
 
 
-def create_model(name: str = "cnn", l2: float = 0.0):
-    """A fresh, built Keras model taking (B, 28, 28, 1) float32 and returning 10 logits."""
+def create_model(name: str = "cnn", l2: float = 0.0, keras_conv: bool = False):
+    """A fresh, built Keras model taking (B, 28, 28, 1) float32 and returning 10 logits.
+
+    Its convolutions are `Conv2D` below, which computes the same values as Keras's;
+    `keras_conv=True` builds the model with `keras.layers.Conv2D` itself, as the
+    tutorial's users write it (the benchmark's tutorial and Keras fit contenders).
+    """
     import keras
     from keras import layers
 
     reg = keras.regularizers.L2(l2) if l2 else None
+    conv = layers.Conv2D if keras_conv else _conv2d_class()
     if name == "cnn":  # the custom-training tutorial's network
         body = [
-            layers.Conv2D(32, 3, activation="relu", kernel_regularizer=reg),
+            conv(32, 3, activation="relu", kernel_regularizer=reg),
             layers.MaxPooling2D(),
-            layers.Conv2D(64, 3, activation="relu", kernel_regularizer=reg),
+            conv(64, 3, activation="relu", kernel_regularizer=reg),
             layers.MaxPooling2D(),
             layers.Flatten(),
             layers.Dense(64, activation="relu", kernel_regularizer=reg),
@@ -31,6 +39,37 @@ def create_model(name: str = "cnn", l2: float = 0.0):
     else:
         raise DistcoreError(f"model {name!r} must be one of: cnn, mlp.")
     return keras.Sequential([keras.Input(shape=(28, 28, 1)), *body], name=name)
+
+
+def __getattr__(name):  # `distcore.model.Conv2D`, built on first use: importing distcore loads no Keras
+    if name == "Conv2D":
+        return _conv2d_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _conv2d_class():
+    """distcore's Conv2D: Keras's, except that a convolution of ONE input channel runs
+    as the depthwise convolution it is.
+
+    With one input channel, each of F filters sees that channel alone, which is what
+    a depthwise convolution with depth multiplier F computes, with the same kernel
+    shape (kh, kw, 1, F), variables, checkpoint keys and layer name. TensorFlow's
+    CPU kernels run the depthwise form of the tutorial CNN's first layer (28x28x1 ->
+    26x26x32, a shape the general convolution kernels handle poorly) faster; the
+    values and gradients matched to the last bit on 1 thread (README, Performance).
+    """
+    import keras
+
+    @keras.saving.register_keras_serializable(package="distcore")
+    class Conv2D(keras.layers.Conv2D):
+        def convolution_op(self, inputs, kernel):
+            if kernel.shape[2] != 1:
+                return super().convolution_op(inputs, kernel)
+            return keras.ops.depthwise_conv(inputs, kernel, strides=self.strides, padding=self.padding,
+                                            data_format=self.data_format, dilation_rate=self.dilation_rate)
+
+    return Conv2D
 
 
 def forward(model, images, training: bool):
