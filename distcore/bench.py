@@ -597,9 +597,16 @@ def profile_trace(contender, steps: int) -> tuple[float, float, float]:
                 name = names.get(event.metadata_id, "")
                 if name == "ExecutorState::Process":  # a thread running graph ops; ops nest inside
                     busy += event.duration_ps / 1e12
-                elif "Conv2D" in name:  # "<op name>:<kernel>", forward and both gradients
+                elif is_conv_kernel(name):
                     conv += event.duration_ps / 1e12
     return step, busy, conv
+
+
+def is_conv_kernel(event_name: str) -> bool:
+    """Whether a profiler event "<op name>:<kernel>" is a convolution kernel: Conv2D's or
+    DepthwiseConv2dNative's, forward or gradient. Layer scopes in the op name ("conv2d_1/Relu")
+    do not count."""
+    return "conv2d" in event_name.rpartition(":")[2].lower()
 
 
 def worker_split() -> dict:

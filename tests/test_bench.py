@@ -72,6 +72,20 @@ def test_bench_json_shape_and_positive_numbers():
     assert "keras_fit" in text and "ceiling" in text and "step_only" in text
 
 
+def test_the_profile_counts_both_kinds_of_convolution_kernel_and_nothing_else():
+    """Event names as tf.profiler recorded them for the CNN's step (TensorFlow 2.21, oneDNN)."""
+    scope = "while/body/_1/gradient_tape/while/cnn_1/"
+    kernels = [scope + "conv2d_1_2/convolution/Conv2DBackpropFilter:_MklNativeConv2DBackpropFilterWithBias",
+               scope + "conv2d_1_2/convolution/Conv2DBackpropInput:_MklNativeConv2DBackpropInput",
+               "while/body/_1/while/cnn_1/conv2d_1_2/Relu:_MklNativeFusedConv2D",
+               "while/body/_1/while/cnn_1/conv2d_1/Relu:_MklNativeFusedDepthwiseConv2dNative",
+               scope + "conv2d_1/depthwise/DepthwiseConv2dNativeBackpropFilter:"
+                       "_MklNativeDepthwiseConv2dNativeBackpropFilter"]
+    others = [scope + "conv2d_1/ReluGrad:ReluGrad", scope + "conv2d_1/BiasAdd/BiasAddGrad:BiasAddGrad",
+              "while/body/_1/while/cnn_1/conv2d_1/Reshape/ReadVariableOp:ReadVariableOp", "ExecutorState::Process"]
+    assert [bench.is_conv_kernel(name) for name in kernels + others] == [True] * 5 + [False] * 4
+
+
 def test_a_target_above_what_step_only_reached_is_out_of_reach():
     """Mechanics of the target check, on made-up numbers."""
     report = {"results": [{"replicas": 2, "ceiling_share": 0.6, "step_only_ceiling_share": 0.65,
