@@ -478,23 +478,17 @@ def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int =
     import keras
     import tensorflow as tf
 
-    from .model import create_model
+    from .model import create_model, layer_flops
 
     keras.utils.set_random_seed(0)
     model = create_model("cnn")
+    counted = dict(layer_flops(model))
     h = tf.random.uniform((batch, 28, 28, 1))
-    layers, first = [], True
+    layers = []
     for layer in model.layers:
-        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
-            if isinstance(layer, keras.layers.Conv2D):
-                _, oh, ow, c_out = layer.output.shape
-                kh, kw, c_in, _ = layer.kernel.shape
-                forward = 2 * oh * ow * c_out * kh * kw * c_in
-            else:
-                n_in, n_out = layer.kernel.shape
-                forward = 2 * n_in * n_out
-            flops = batch * forward * (2 if first else 3)
-            wrt_input = not first
+        if layer in counted:
+            flops = batch * counted[layer]
+            wrt_input = bool(layers)  # the first layer's input (the image) needs no gradient
 
             @tf.function
             def steps(x, n, layer=layer, wrt_input=wrt_input):
@@ -519,7 +513,6 @@ def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int =
             seconds = min(times)  # the kernel's speed, least disturbed by other load
             layers.append({"layer": layer.name, "input": list(x.shape[1:]), "ms": round(1e3 * seconds, 3),
                            "gflops_per_sec": round(flops / seconds / 1e9, 1)})
-            first = False
         h = layer(h)
     total = sum(item["ms"] for item in layers) / 1e3
     return {"batch": batch, "layers": layers, "kernels_examples_per_sec": round(batch / total, 1)}

@@ -46,6 +46,11 @@ def test_bench_json_shape_and_positive_numbers():
     detail = report["ceiling_detail"]
     assert 14.5e6 < detail["flops_per_example"] < 15.0e6  # the tutorial CNN, forward + backward
     assert detail["matmul_flops_per_sec"] > 1e9
+    layers = detail["layer_profile"]["layers"]  # each Conv2D and Dense layer, timed alone
+    assert [x["input"] for x in layers] == [[28, 28, 1], [13, 13, 32], [1600], [64]]
+    assert all(x["ms"] > 0 and x["gflops_per_sec"] > 0 for x in layers)
+    bound = 64 / (sum(x["ms"] for x in layers) / 1e3)  # batch 64 in the layers' summed time
+    assert abs(detail["layer_profile"]["kernels_examples_per_sec"] - bound) < 0.01 * bound
     assert 0 < report["peak_memory_gib"] < 24
     assert 0 < report["first_step_seconds"] < 120
     # A profile at each replica count, of step_only and of distcore's own loop.

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from distcore import inputs
-from distcore.model import Conv2D, create_model, flops_per_example
+from distcore.model import Conv2D, create_model, flops_per_example, layer_flops
 from distcore.optimizer import create_optimizer
 
 
@@ -43,6 +43,21 @@ def test_only_the_one_channel_convolution_runs_as_a_depthwise_one():
         assert a.shape == b.shape
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert flops_per_example(ours) == flops_per_example(theirs) == 14_778_624  # README: 14.78 MFLOP
+
+
+def test_layer_flops_count_forward_and_backward():
+    """2 FLOPs per multiply-add, forward; backward twice that, but once for the first layer,
+    whose input (the image) needs no gradient."""
+    model = create_model("cnn")
+    counted = layer_flops(model)
+    assert names(layer for layer, _ in counted) == ["conv2d", "conv2d", "dense", "dense"]
+    assert [flops for _, flops in counted] == [
+        2 * (26 * 26 * 32 * 3 * 3 * 1) * 2,   # 28x28x1 -> 26x26x32, no input gradient
+        2 * (11 * 11 * 64 * 3 * 3 * 32) * 3,  # 13x13x32 -> 11x11x64
+        2 * (1600 * 64) * 3,
+        2 * (64 * 10) * 3,
+    ]
+    assert sum(flops for _, flops in counted) == flops_per_example(model)
 
 
 def test_trains_like_keras_conv2d(fmnist):
