@@ -450,19 +450,26 @@ def poll_run(settings: AppSettings, name, last_sig):
     return (*run_view(settings, name), list(sig))
 
 
-def poll_run_list(settings: AppSettings, last_labels):
-    """Timer tick: refresh the run picker's labels (name and state) when they change."""
-    labels = [list(x) for x in run_labels(settings)]  # lists: what gr.State hands back
+def poll_lists(settings: AppSettings, last_labels, run, checkpoint, last):
+    """Timer tick for both run pickers: Train's, and Evaluate's with its checkpoints.
+    The runs are listed once a tick for the two (each label reads a status.json)."""
+    labels = run_labels(settings)
+    return (*poll_run_list(labels, last_labels),
+            *poll_evaluate_lists(settings, labels, run, checkpoint, last))
+
+
+def poll_run_list(labels, last_labels):
+    """The Train tab's run picker: new labels (name and state) only when they changed."""
+    labels = [list(x) for x in labels]  # lists: what gr.State hands back
     if labels == (last_labels or []):
         return gr.skip(), last_labels
     return gr.update(choices=[tuple(x) for x in labels]), labels
 
 
-def poll_evaluate_lists(settings: AppSettings, run, checkpoint, last):
-    """Timer tick for the Evaluate tab: its run labels (states) and the chosen run's
-    checkpoints, redrawn only when they change. A choice the user made is kept; a run is
-    picked only when none is, a checkpoint only when none (or a vanished one) is."""
-    labels = run_labels(settings)
+def poll_evaluate_lists(settings: AppSettings, labels, run, checkpoint, last):
+    """The Evaluate tab's run labels (states) and the chosen run's checkpoints, redrawn
+    only when they change. A choice the user made is kept; a run is picked only when
+    none is, a checkpoint only when none (or a vanished one) is."""
     picked = run or (default_run(settings) if labels else None)
     ckpts = checkpoint_names(settings, picked)
     seen = [[list(x) for x in labels], picked, ckpts, checkpoint in ckpts]
@@ -637,10 +644,10 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
             with gr.Tab("4 · Loss scaling"):
                 _loss_tab(settings, setup, bind)
         lists = gr.State(None)  # per session: what the Evaluate tab's pickers show
-        train["timer"].tick(bind(poll_evaluate_lists, settings),
-                            [evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
-                            [evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
-                            show_progress="hidden", concurrency_limit=8, api_name="poll_evaluate_lists")
+        train["timer"].tick(bind(poll_lists, settings),
+                            [train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
+                            [train["run"], train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
+                            show_progress="hidden", concurrency_limit=8, api_name="poll_lists")
         demo.load(bind(_on_load, settings), None,
                   [train["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]], api_name="on_load")
     demo.planner = planner  # so main() and tests can close it
@@ -767,9 +774,7 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
     ui["run"].change(lambda: (None, ""), None, [ui["files"], ui["export_msg"]], show_progress="hidden")
     timer.tick(bind(poll_run, settings), [ui["run"], sig], [*view, sig],
                show_progress="hidden", concurrency_limit=8, api_name="poll_run")
-    labels = gr.State(None)  # per session: the run picker's current labels
-    timer.tick(bind(poll_run_list, settings), labels, [ui["run"], labels],
-               show_progress="hidden", concurrency_limit=8, api_name="poll_run_list")
+    ui["labels"] = gr.State(None)  # per session: the run picker's labels (polled with Evaluate's, poll_lists)
     export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]],
                  api_name="export_run")
     ui["timer"] = timer

@@ -342,18 +342,35 @@ def test_log_lines_keep_events_and_process_output_apart_in_their_own_order(setti
 
 def test_evaluate_pickers_follow_run_states_and_new_checkpoints(settings):
     run = write_run(settings.runs_root, "qa", "running")
-    run_update, ckpt_update, seen = app.poll_evaluate_lists(settings, None, None, None)
+    _, _, run_update, ckpt_update, seen = app.poll_lists(settings, None, None, None, None)
     assert run_update["value"] == "qa" and run_update["choices"] == [("qa (running)", "qa")]
     assert ckpt_update["choices"] == [] and ckpt_update["value"] is None
-    assert app.poll_evaluate_lists(settings, "qa", None, seen) == (gr.skip(), gr.skip(), seen)
+    assert app.poll_lists(settings, None, "qa", None, seen)[2:] == (gr.skip(), gr.skip(), seen)
     write_run(settings.runs_root, "qa", "finished", checkpoints=["ckpt-20", "ckpt-40"])
-    run_update, ckpt_update, seen = app.poll_evaluate_lists(settings, "qa", None, seen)
+    _, _, run_update, ckpt_update, seen = app.poll_lists(settings, None, "qa", None, seen)
     assert run_update["choices"] == [("qa (finished)", "qa")] and "value" not in run_update
     assert ckpt_update["choices"] == ["ckpt-20", "ckpt-40"] and ckpt_update["value"] == "ckpt-40"
     # A checkpoint the user chose stays chosen.
     (run / "checkpoints" / "ckpt-60.index").write_text("")
-    _, ckpt_update, _ = app.poll_evaluate_lists(settings, "qa", "ckpt-20", seen)
+    _, _, _, ckpt_update, _ = app.poll_lists(settings, None, "qa", "ckpt-20", seen)
     assert ckpt_update["choices"][-1] == "ckpt-60" and "value" not in ckpt_update
+
+
+def test_one_tick_lists_the_runs_once_for_both_pickers(settings, monkeypatch):
+    for name in ("a1", "b2", "c3"):
+        write_run(settings.runs_root, name, "finished")
+    read = []
+    status = app.runs.read_status
+    monkeypatch.setattr(app.runs, "read_status", lambda d: read.append(d) or status(d))
+    train_update, labels, eval_update, _, seen = app.poll_lists(settings, None, "b2", None, None)
+    assert len(read) == 3  # one status.json read per run, not one per picker
+    assert train_update["choices"] == eval_update["choices"] == [tuple(x) for x in labels]
+    assert sorted(labels) == [["a1 (finished)", "a1"], ["b2 (finished)", "b2"], ["c3 (finished)", "c3"]]
+    # Nothing changed on disk: both pickers are left alone.
+    assert app.poll_lists(settings, labels, "b2", None, seen) == (gr.skip(), labels, gr.skip(), gr.skip(), seen)
+    write_run(settings.runs_root, "b2", "stopped")
+    train_update, _, eval_update, _, _ = app.poll_lists(settings, labels, "b2", None, seen)
+    assert ("b2 (stopped)", "b2") in train_update["choices"] and ("b2 (stopped)", "b2") in eval_update["choices"]
 
 
 def test_following_another_run_clears_the_exported_files(tmp_path):

@@ -280,10 +280,10 @@ def test_eight_clients_start_jobs_limit_holds_and_sessions_stay_apart(server):
     assert full_view(seen) and f"**{run}** · **stopped**" in seen[0]
     assert not full_view(other.predict(run, api_name="/poll_run"))
     assert not full_view(owner.predict(run, api_name="/poll_run"))
-    # The run picker's labels state, likewise: filled once per session.
-    assert "choices" in owner.predict(api_name="/poll_run_list")
-    assert "choices" not in owner.predict(api_name="/poll_run_list")
-    assert "choices" in client(url).predict(api_name="/poll_run_list")
+    # The run pickers' states, likewise: filled once per session (Train's, then Evaluate's, unchosen).
+    assert all("choices" in update for update in owner.predict(None, None, api_name="/poll_lists")[:2])
+    assert all("choices" not in update for update in owner.predict(None, None, api_name="/poll_lists"))
+    assert all("choices" in update for update in client(url).predict(None, None, api_name="/poll_lists")[:2])
 
     # A refused user can start now (the refusal is not sticky).
     i = losers[-1]
