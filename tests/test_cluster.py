@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from distcore import cluster, devices, runs
+from distcore import cluster, devices, runs, stopping
 from distcore.config import DistcoreError
 
 
@@ -191,7 +191,7 @@ BARE = ["train", "--multi-worker", "--train-examples", "640", "--test-examples",
 
 
 def start_bare_worker(tf_config, run_dir):
-    env = {k: v for k, v in os.environ.items() if k != "DISTCORE_LAUNCHED_WORKER"}
+    env = {k: v for k, v in os.environ.items() if k != stopping.LAUNCHED_ENV}  # not one of the launcher's
     env["TF_CONFIG"] = tf_config
     return subprocess.Popen([sys.executable, "-m", "distcore", *BARE, "--run-dir", str(run_dir)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
