@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from . import cluster, runs
+from . import cluster, runs, stopping
 from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, check_int
 
 # TensorFlow's C++ warnings: split plans capture and show them (an AUTO-to-DATA
@@ -435,5 +435,6 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
     if leave_at_once and not getattr(args, "multi_worker", False):
         sys.stdout.flush()
         sys.stderr.flush()
+        stopping.remove_autograph_files()  # autograph removes them at exit, which os._exit skips
         os._exit(code)
     return code

@@ -29,6 +29,8 @@ LAUNCHED_ENV = "DISTCORE_LAUNCHED_WORKER"
 # the terminal, and through a wrapper script that passes signals on).
 SAME_REQUEST_SECONDS = 0.5
 BEFORE_TRAINING = "stopped before training began"
+# How autograph names the module of each function it converts (tensorflow/python/autograph/pyct/loader.py).
+AUTOGRAPH_MODULE_PREFIX = "__autograph_generated_file"
 
 
 class StopFlag:
@@ -70,6 +72,7 @@ class StopFlag:
 
     def exit_before_training(self) -> None:
         mark_state(self.run_dir, os.getpid(), "stopped", BEFORE_TRAINING)
+        remove_autograph_files()  # the input pipeline's map functions may be converted already
         os._exit(0)  # nothing trained yet, nothing to save: do not wait for TensorFlow to load
 
     @contextlib.contextmanager
@@ -106,6 +109,19 @@ class StopFlag:
             os.close(read_end)
             if watcher is not None:
                 watcher.wait()
+
+
+def remove_autograph_files() -> None:
+    """Remove the source files autograph wrote for this process's converted functions.
+
+    Autograph writes each one to the temporary folder and removes it in an atexit handler,
+    which a process that leaves with os._exit skips: every `python -m distcore train` left
+    7 files in /tmp, thousands in a day of runs. Their modules stay in sys.modules.
+    """
+    for name, module in list(sys.modules.items()):
+        if name.startswith(AUTOGRAPH_MODULE_PREFIX):
+            with contextlib.suppress(OSError, TypeError, AttributeError):
+                os.remove(module.__file__)
 
 
 def write_status(run_dir: Path, status: dict) -> None:

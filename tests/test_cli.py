@@ -15,8 +15,8 @@ from distcore import devices, runs
 SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
 
 
-def cli(*args, check=False, timeout=300):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+def cli(*args, check=False, timeout=300, tmpdir=None):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **({"TMPDIR": str(tmpdir)} if tmpdir else {})}
     return subprocess.run([sys.executable, "-m", "distcore", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, check=check, env=env)
 
@@ -60,11 +60,12 @@ def test_devices_json():
 
 
 def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes(tmp_path):
-    run_dir = tmp_path / "run"
+    run_dir, scratch = tmp_path / "run", tmp_path / "tmp"
+    scratch.mkdir()
     args = ["train", "--run-dir", str(run_dir), "--replicas", "2", "--train-examples", "6400",
             "--test-examples", "500", "--epochs", "3", "--steps-per-loop", "5", "--seed", "2", "--json"]
     proc = subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL, text=True, env={**os.environ, "TMPDIR": str(scratch)})
     records = []
     for line in proc.stdout:  # wait for real progress, then ask it to stop
         records.append(json.loads(line))
@@ -79,15 +80,19 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes
     assert records[-1]["event"] == "stopped"
     assert runs.read_config(run_dir)["intra_op_threads"] == devices.intra_op_threads(2)  # a core share per replica
 
-    result = cli("train", "--run-dir", str(run_dir), "--resume", "--json", check=True)
+    result = cli("train", "--run-dir", str(run_dir), "--resume", "--json", check=True, tmpdir=scratch)
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert lines[0]["event"] == "resume" and lines[0]["step"] == stopped["step"]
     assert [r["step"] for r in lines if "loss" in r][0] == stopped["step"] + 1
     assert runs.read_status(run_dir)["state"] == "finished" and runs.read_status(run_dir)["step"] == 300
 
-    evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json", check=True).stdout)
+    evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json", check=True,
+                               tmpdir=scratch).stdout)
     final = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-300"][0]
     assert evaluated["checkpoint"] == "ckpt-300" and evaluated["accuracy"] == final["test_accuracy"]
+    # Autograph's files for the converted functions are gone, although the processes skip
+    # Python's exit (os._exit) and with it autograph's own clean-up.
+    assert sorted(p.name for p in scratch.iterdir()) == []
 
 
 @pytest.fixture(scope="module")
