@@ -17,7 +17,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -488,7 +487,7 @@ def export_run(settings: AppSettings, name):
         runs.read_config(run_dir)
     except DistcoreError as e:
         return None, error_md(e)
-    out = Path(tempfile.mkdtemp(prefix="distcore-export-"))
+    out = runs.export_folder()
     csv_path = plots.metrics_csv(runs.read_metrics(run_dir), out / f"{run_dir.name}-metrics.csv")
     config_path = out / f"{run_dir.name}-config.json"
     shutil.copyfile(run_dir / "config.json", config_path)

@@ -11,9 +11,12 @@ The CLI, the app and the tests all read runs through these functions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +25,8 @@ from .config import DistcoreError, TrainConfig
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
 ACTIVE_STATES = ("starting", "running", "stopping")
+EXPORT_PREFIX = "distcore-export-"
+EXPORT_KEPT_SECONDS = 3600
 
 
 def runs_root() -> Path:
@@ -61,6 +66,21 @@ def list_runs(root) -> list[str]:
     runs = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (p / "config.json").is_file()]
     runs.sort(key=lambda p: (p / "config.json").stat().st_mtime, reverse=True)
     return [p.name for p in runs if NAME.match(p.name)]
+
+
+def export_folder(now: float | None = None) -> Path:
+    """A new temporary folder for one export of a run's files.
+
+    The web app hands the exported files to Gradio, which copies them into its own cache
+    (cleaned after a day) as it answers. So the exports in the temporary folder older than
+    an hour are removed here; before, every click left a folder behind for good.
+    """
+    now = time.time() if now is None else now
+    for old in Path(tempfile.gettempdir()).glob(EXPORT_PREFIX + "*"):
+        with contextlib.suppress(OSError):
+            if now - old.stat().st_mtime > EXPORT_KEPT_SECONDS:
+                shutil.rmtree(old)
+    return Path(tempfile.mkdtemp(prefix=EXPORT_PREFIX))
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

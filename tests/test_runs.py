@@ -59,3 +59,22 @@ def test_truncation_drops_records_of_epochs_the_checkpoint_had_not_closed(tmp_pa
     assert runs.truncate_metrics(tmp_path, 2, epochs=1) == 0
     assert runs.truncate_metrics(tmp_path, 2, epochs=0) == 1  # the resume closes epoch 1 again
     assert [r for r in runs.read_metrics(tmp_path) if "train_loss" in r] == []
+
+
+def test_an_export_removes_exports_older_than_an_hour_and_keeps_newer_ones(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    first = runs.export_folder()
+    (first / "r1-metrics.csv").write_text("kind,step\n")
+    second = runs.export_folder()
+    other = tmp_path / "someone-elses"
+    other.mkdir()
+    hour_ago = first.stat().st_mtime - runs.EXPORT_KEPT_SECONDS - 1
+    for folder in (first, other):
+        os.utime(folder, (hour_ago, hour_ago))
+    third = runs.export_folder()
+    assert not first.exists()  # its files were long since copied into Gradio's cache
+    assert second.is_dir() and third.is_dir() and other.is_dir()
+    assert {second.parent, third.parent} == {tmp_path} and second != third
