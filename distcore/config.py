@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
 POLICIES = ("auto", "file", "data", "off")
@@ -25,6 +26,49 @@ TEST_SIZE = 10_000
 
 class DistcoreError(Exception):
     """An error the user caused; the message is for people, not a traceback."""
+
+
+_NAME = re.compile(r"^\s*/?(?:device:)?(cpu|gpu):(\d+)\s*$", re.IGNORECASE)
+
+
+def parse_device_list(text) -> tuple[str, ...]:
+    """'cpu:0, CPU:1' -> ('cpu:0', 'cpu:1'); rejects empty, malformed and duplicate names."""
+    items = text if isinstance(text, (list, tuple)) else str(text or "").split(",")
+    items = [str(item).strip() for item in items if str(item).strip()]
+    if not items:
+        raise DistcoreError("the device set is empty: name at least one device, e.g. cpu:0,cpu:1.")
+    names = []
+    for item in items:
+        match = _NAME.match(item)
+        if not match:
+            raise DistcoreError(f"unknown device name {item!r}: write devices as cpu:N or gpu:N.")
+        name = f"{match.group(1).lower()}:{int(match.group(2))}"
+        if name in names:
+            raise DistcoreError(f"device {name} is listed twice: each device can hold one replica.")
+        names.append(name)
+    kinds = {name.split(":")[0] for name in names}
+    if len(kinds) > 1:
+        raise DistcoreError("mix of CPU and GPU devices: MirroredStrategy needs one kind; choose CPUs or GPUs.")
+    return tuple(names)
+
+
+def device_set(devices, gpus: int | None = None) -> tuple[str, ...]:
+    """Device names as parse_device_list reads them, each one a device that can exist:
+    cpu:N below MAX_LOGICAL_CPUS, gpu:N below `gpus` when that is known (counting GPUs
+    needs TensorFlow; devices.prepare checks them when the process sets up)."""
+    names = parse_device_list(devices)
+    for name in names:
+        kind, index = name.split(":")
+        limit = MAX_LOGICAL_CPUS if kind == "cpu" else gpus
+        if limit is not None and int(index) >= limit:
+            raise DistcoreError(f"device {name} does not exist; available: {describe_devices(gpus or 0)}.")
+    return names
+
+
+def describe_devices(gpus: int) -> str:
+    gpu_text = ", ".join(f"gpu:{i}" for i in range(gpus))
+    cpu_text = f"cpu:0 … cpu:{MAX_LOGICAL_CPUS - 1} (logical CPU devices)"
+    return f"{gpu_text}, {cpu_text}" if gpu_text else cpu_text
 
 
 def is_empty(value) -> bool:
@@ -100,8 +144,7 @@ class SplitConfig:
         set_(self, "files", check_int("files", self.files, low=0, high=64))
         set_(self, "workers", check_int("workers", self.workers, high=16))
         set_(self, "drop_remainder", bool(self.drop_remainder))
-        if not self.devices:
-            raise DistcoreError("the device set is empty: choose at least one device.")
+        set_(self, "devices", device_set(self.devices))
         if self.global_batch > self.examples:
             raise DistcoreError(
                 f"global batch size ({self.global_batch}) is larger than the dataset "
@@ -153,9 +196,7 @@ class TrainConfig:
 
     def __post_init__(self):
         set_ = object.__setattr__
-        set_(self, "devices", tuple(self.devices))
-        if not self.devices:
-            raise DistcoreError("the device set is empty: choose at least one device.")
+        set_(self, "devices", device_set(self.devices))
         set_(self, "model", check_choice("model", self.model, MODELS))
         set_(self, "optimizer", check_choice("optimizer", self.optimizer, OPTIMIZERS))
         set_(self, "learning_rate", check_float("learning rate", self.learning_rate, low=0.0, high=10.0, low_open=True))

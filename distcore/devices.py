@@ -12,33 +12,9 @@ explicit list.
 from __future__ import annotations
 
 import os
-import re
 import signal
 
-from .config import MAX_LOGICAL_CPUS, DistcoreError, check_int
-
-_NAME = re.compile(r"^\s*/?(?:device:)?(cpu|gpu):(\d+)\s*$", re.IGNORECASE)
-
-
-def parse_device_list(text) -> tuple[str, ...]:
-    """'cpu:0, CPU:1' -> ('cpu:0', 'cpu:1'); rejects empty, malformed and duplicate names."""
-    items = text if isinstance(text, (list, tuple)) else str(text or "").split(",")
-    items = [str(item).strip() for item in items if str(item).strip()]
-    if not items:
-        raise DistcoreError("the device set is empty: name at least one device, e.g. cpu:0,cpu:1.")
-    names = []
-    for item in items:
-        match = _NAME.match(item)
-        if not match:
-            raise DistcoreError(f"unknown device name {item!r}: write devices as cpu:N or gpu:N.")
-        name = f"{match.group(1).lower()}:{int(match.group(2))}"
-        if name in names:
-            raise DistcoreError(f"device {name} is listed twice: each device can hold one replica.")
-        names.append(name)
-    kinds = {name.split(":")[0] for name in names}
-    if len(kinds) > 1:
-        raise DistcoreError("mix of CPU and GPU devices: MirroredStrategy needs one kind; choose CPUs or GPUs.")
-    return tuple(names)
+from .config import MAX_LOGICAL_CPUS, DistcoreError, check_int, device_set, parse_device_list  # noqa: F401
 
 
 def physical_gpu_count() -> int:
@@ -53,25 +29,13 @@ def resolve(replicas=None, devices=None, gpus: int | None = None) -> tuple[str, 
     if devices is not None and replicas is not None:
         raise DistcoreError("give either a replica count or a device list, not both.")
     if devices is not None:
-        names = parse_device_list(devices)
-        for name in names:
-            kind, index = name.split(":")
-            limit = gpus if kind == "gpu" else MAX_LOGICAL_CPUS
-            if int(index) >= limit:
-                raise DistcoreError(f"device {name} does not exist; available: {describe(gpus)}.")
-        return names
+        return device_set(devices, gpus)
     count = check_int("replicas", 2 if replicas is None else replicas, high=max(MAX_LOGICAL_CPUS, gpus))
     if gpus >= count:
         return tuple(f"gpu:{i}" for i in range(count))
     if count > MAX_LOGICAL_CPUS:
         raise DistcoreError(f"replicas ({count}) must be at most {MAX_LOGICAL_CPUS} on this machine.")
     return tuple(f"cpu:{i}" for i in range(count))
-
-
-def describe(gpus: int) -> str:
-    gpu_text = ", ".join(f"gpu:{i}" for i in range(gpus))
-    cpu_text = f"cpu:0 … cpu:{MAX_LOGICAL_CPUS - 1} (logical CPU devices)"
-    return f"{gpu_text}, {cpu_text}" if gpu_text else cpu_text
 
 
 def cpu_cores() -> int:
@@ -136,6 +100,8 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
 
 def prepare(names: tuple[str, ...]) -> list[str]:
     """Configure the process for `names` and return TF device strings for a strategy."""
+    if any(name.startswith("gpu") for name in names):
+        device_set(names, physical_gpu_count())  # else TensorFlow would quietly place them on the CPU
     cpu_indices = [int(n.split(":")[1]) for n in names if n.startswith("cpu")]
     configure(max(cpu_indices, default=0) + 1, replicas=len(cpu_indices))
     return [f"/{n.split(':')[0].upper()}:{n.split(':')[1]}" for n in names]

@@ -24,6 +24,17 @@ def test_empty_device_set_is_refused():
         TrainConfig(devices=())
 
 
+def test_library_device_sets_are_read_and_checked_as_the_cli_reads_them():
+    # One string is a list of names, not a sequence of characters.
+    assert TrainConfig(devices="cpu:0").devices == ("cpu:0",)
+    assert SplitConfig(examples=8, global_batch=4, devices="CPU:0, cpu:1").devices == ("cpu:0", "cpu:1")
+    for bad, message in [(("cpu:99",), "cpu:99 does not exist; available: cpu:0 … cpu:15"),
+                         (("cpu:0", "cpu:0"), "listed twice"), (("cpu:0", "gpu:0"), "mix of CPU and GPU"),
+                         (("tpu:0",), "unknown device name 'tpu:0'")]:
+        with pytest.raises(DistcoreError, match=message):
+            TrainConfig(devices=bad)
+
+
 @pytest.mark.parametrize("field,value,allowed", [
     ("policy", "sometimes", "auto, file, data, off"),
     ("api", "magic", "dataset, function"),

@@ -33,6 +33,13 @@ def test_a_device_that_does_not_exist_is_named_with_what_exists():
         devices.resolve(devices="cpu:99", gpus=0)
 
 
+@pytest.mark.skipif(bool(devices.physical_gpu_count()), reason="this machine has a GPU")
+def test_a_gpu_the_machine_lacks_is_refused_when_the_process_sets_up():
+    # A TrainConfig cannot know the GPUs; TensorFlow would quietly run gpu:0's ops on the CPU.
+    with pytest.raises(DistcoreError, match=r"gpu:0 does not exist; available: cpu:0 … cpu:15"):
+        devices.prepare(("gpu:0",))
+
+
 def test_counts_prefer_gpus_and_fall_back_to_logical_cpus():
     assert devices.resolve(replicas=2, gpus=4) == ("gpu:0", "gpu:1")
     assert devices.resolve(replicas=3, gpus=1) == ("cpu:0", "cpu:1", "cpu:2")
