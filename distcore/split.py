@@ -26,6 +26,10 @@ def plan(config: SplitConfig, strategy=None, *, spent: list | None = None) -> di
     a while (0.01-4.8 s measured for 8 devices), after the plan is complete. A caller
     that passes a list in `spent` gets the iterator appended to it instead, so it can
     answer first and drop the list afterwards.
+
+    `replicas` and `workers` are what ran (a planner asked for 2 workers still runs one
+    process). `full_batch_pieces` is how TensorFlow cut the first full global batch;
+    `per_replica_batch` is set only when every replica got the same size (else None).
     """
     import tensorflow as tf
 
@@ -50,23 +54,49 @@ def plan(config: SplitConfig, strategy=None, *, spent: list | None = None) -> di
                 del iterator
             except tf.errors.OpError as err:
                 raise DistcoreError(explain_tf_error(config, err)) from None
+    replicas = strategy.num_replicas_in_sync
+    workers = replicas // len(strategy.extended.worker_devices)
+    # One worker of several holds only its part of each global batch (cluster_notes sees them all).
+    pieces = None if workers > 1 else first_full(piece_sizes({"steps": steps}), config.global_batch)
     result = {
         "steps": steps,
-        "replicas": config.replicas,
+        "replicas": replicas,
         "devices": list(config.devices),
         "global_batch": config.global_batch,
-        "per_replica_batch": config.global_batch // config.replicas,
+        "per_replica_batch": per_replica_batch(config.api, config.global_batch, replicas, pieces),
+        "full_batch_pieces": pieces,
         "examples": config.examples,
         "policy": config.policy,
         "api": config.api,
         "drop_remainder": config.drop_remainder,
         "files": config.files,
-        "workers": config.workers,
+        "workers": workers,
         "plain_iterator": inputs.one_cpu_replica(strategy),
         "tf_messages": [line for line in captured() if any(k in line.lower() for k in _INTERESTING)],
     }
-    result["notes"] = describe(result)
+    result["notes"] = one_process_note(config.workers, result) + describe(result)
     return result
+
+
+def per_replica_batch(api: str, global_batch: int, replicas: int, pieces: list[int] | None) -> int | None:
+    """What each replica gets from a full global batch, when that is one number.
+
+    G // replicas is true only for the function API (its input function batches by it and G
+    divides evenly); experimental_distribute_dataset's pieces can differ (1/1/1/1/0, 2/1/1).
+    """
+    if api == "function":
+        return global_batch // replicas
+    return pieces[0] if pieces and len(set(pieces)) == 1 else None
+
+
+def one_process_note(asked: int, result: dict) -> list[str]:
+    """A plan asked for with W workers but run without a cluster (the planner) is a one-worker plan."""
+    if asked == 1 or result["workers"] > 1:
+        return []
+    return [f"You asked for {asked} workers, but this plan ran in one process with no cluster, so it is a "
+            f"one-worker plan: its {result['replicas']} replica(s) share every global batch of "
+            f"{result['global_batch']} and nothing is divided between workers. `split --workers {asked}` "
+            "runs real worker processes."]
 
 
 def id_source(config: SplitConfig, tmp: Path):
@@ -116,13 +146,17 @@ def capture_fd2():
 
 def describe(result: dict) -> list[str]:
     """Plain-English notes on a plan: partial batches, empty replicas, policy effects."""
-    steps, replicas, g = result["steps"], result["replicas"], result["global_batch"]
+    replicas, g = result["replicas"], result["global_batch"]
     workers = result.get("workers", 1)
-    share = g // workers  # this process's part of each global batch
     notes = []
     if workers > 1:
+        # TensorFlow's pieces of a global batch can differ (3 over 2 workers: 2 and 1, and under
+        # FILE a worker takes both in turn), so one worker's plan cannot tell a full step from a
+        # partial one: cluster_notes adds up every worker's pieces.
         notes.append(f"This is one of {workers} workers: it feeds {replicas // workers} of the {replicas} "
-                     f"replicas, so its full share of a global batch of {g} is {share}.")
+                     f"replicas. At each step the replicas of all workers share one global batch of {g}, in "
+                     "pieces that can differ in size, so this worker's steps alone do not show whether a "
+                     "step was full: the cluster notes add up every worker's pieces.")
     if result.get("plain_iterator"):
         notes.append(
             "One CPU replica: it gets every batch whole, whichever API. distcore reads them through "
@@ -141,19 +175,34 @@ def describe(result: dict) -> list[str]:
         )
     if g % replicas and result["api"] == "dataset":
         notes.append(f"{g} examples do not divide evenly over {replicas} replicas: piece sizes differ.")
-    seen = sum(len(ids) for step in steps for ids in step)
-    notes.append(f"{len(steps)} step(s) delivered {seen} of {result['examples']} examples.")
-    if result["drop_remainder"] and seen < result["examples"]:
-        notes.append(f"drop_remainder dropped the last {result['examples'] - seen} example(s).")
-    for number, step in enumerate(steps, start=1):
-        sizes = [len(ids) for ids in step]
+    notes += delivery_notes(result)
+    for number, sizes in enumerate(piece_sizes(result), start=1):
         empty = [str(r) for r, size in enumerate(sizes) if size == 0]
-        if sum(sizes) < share:
-            notes.append(f"Step {number} is a partial batch ({sum(sizes)} of {share}), split {'/'.join(map(str, sizes))}.")
+        if workers == 1 and sum(sizes) < g:
+            notes.append(f"Step {number} is a partial batch ({sum(sizes)} of {g}), split {slashed(sizes)}.")
         if empty:
             who = "replica " + empty[0] if len(empty) == 1 else "replicas " + ", ".join(empty)
+            who = "this worker's " + who if workers > 1 else who
             notes.append(f"Step {number}: {who} got nothing (an empty batch, so it still joins the all-reduce).")
     notes.append(policy_note(result))
+    return notes
+
+
+def delivery_notes(result: dict) -> list[str]:
+    """How many examples arrived, and what drop_remainder left out, as far as this plan can see."""
+    steps, n = result["steps"], result["examples"]
+    seen = sum(len(ids) for step in steps for ids in step)
+    if result.get("workers", 1) == 1:
+        notes = [f"{len(steps)} step(s) delivered {seen} of {n} examples."]
+        if result["drop_remainder"] and seen < n:
+            notes.append(f"drop_remainder dropped the last {n - seen} example(s).")
+        return notes
+    # One worker sees only the ids it read, not which ones another worker received.
+    notes = [f"{len(steps)} step(s) delivered {seen} example(s) to this worker; whether and how the shard "
+             f"policy divided the {n} examples between the workers is in the cluster notes."]
+    if result["drop_remainder"]:
+        notes.append("drop_remainder is on: TensorFlow leaves out a last batch that would be partial; the "
+                     "cluster notes count the examples that reached no worker.")
     return notes
 
 
@@ -170,20 +219,23 @@ def explain_tf_error(config: SplitConfig, err) -> str:
 
 
 def cluster_notes(plans: list[dict]) -> list[str]:
-    """What the shard policy did across workers, read off the ids each worker received."""
+    """What the shard policy did across workers, read off the ids each worker received;
+    then the cluster's full and partial global batches, and what drop_remainder left out."""
     seen = [sorted(i for step in p["steps"] for ids in step for i in ids) for p in plans]
     notes = [f"Worker {w} received {len(ids)} example(s) in {len(p['steps'])} step(s)."
              for w, (p, ids) in enumerate(zip(plans, seen))]
+    return notes + sharding_notes(plans, seen) + cluster_step_notes(plans) + dropped_note(plans, seen)
+
+
+def sharding_notes(plans: list[dict], seen: list[list[int]]) -> list[str]:
     every = [i for ids in seen for i in ids]
     repeated = len(every) - len(set(every))
     if repeated:
-        notes.append(f"{repeated} example(s) reached more than one worker: with this policy each worker "
-                     "reads data the others also read (OFF: everything).")
-        return notes
+        return [f"{repeated} example(s) reached more than one worker: with this policy each worker "
+                "reads data the others also read (OFF: everything)."]
     if plans[0]["api"] == "function":
-        notes.append(function_sharding_note(seen))
-        return notes
-    notes.append("No example reached two workers: the policy divided the data between them.")
+        return [function_sharding_note(seen)]
+    notes = ["No example reached two workers: the policy divided the data between them."]
     g, policy, files = plans[0]["global_batch"], plans[0]["policy"], plans[0]["files"]
     by_global_batch = all(g * k <= i < g * (k + 1)
                           for p in plans for k, step in enumerate(p["steps"]) for ids in step for i in ids)
@@ -195,8 +247,50 @@ def cluster_notes(plans: list[dict]) -> list[str]:
         notes.append(text)
     elif files:
         notes.append("Each worker read whole files of its own: that is FILE sharding (a worker's steps come "
-                     "from its files only, so its last batches can be smaller than its share).")
+                     "from its files only, so when its files run out its pieces shrink or come empty).")
     return notes
+
+
+def cluster_steps(plans: list[dict]) -> list[list[int]]:
+    """Piece sizes of each step of the cluster, worker 0's replicas first. All workers take a step
+    together, so step k's global batch is every worker's step k (TensorFlow gives a worker that
+    has run out empty pieces; a shorter plan is padded the same way)."""
+    sizes = [piece_sizes(p) for p in plans]
+    rows = max(len(s) for s in sizes)
+    padded = [s + [[0] * len(s[0] if s else [0])] * (rows - len(s)) for s in sizes]
+    return [[n for s in padded for n in s[k]] for k in range(rows)]
+
+
+def cluster_step_notes(plans: list[dict]) -> list[str]:
+    g = plans[0]["global_batch"]
+    steps = cluster_steps(plans)
+    cuts = list(dict.fromkeys(slashed(s) for s in steps if sum(s) == g))
+    notes = [f"Each full global batch of {g} was cut {' or '.join(cuts)} over the {len(steps[0])} replicas "
+             "(worker 0's first)."] if cuts else []
+    notes += [f"Step {k} is a partial global batch ({sum(s)} of {g}), cut {slashed(s)}."
+              for k, s in enumerate(steps, start=1) if sum(s) < g]
+    return notes
+
+
+def dropped_note(plans: list[dict], seen: list[list[int]]) -> list[str]:
+    """The ids no worker received: only the cluster can count them (each worker sees its own)."""
+    n = plans[0]["examples"]
+    missing = sorted(set(range(n)).difference(*seen))
+    if not (plans[0]["drop_remainder"] and missing):
+        return []
+    return [f"drop_remainder left out {len(missing)} of the {n} examples (ids {id_ranges(missing)}): no "
+            "worker received them, because they would have made a partial batch."]
+
+
+def id_ranges(ids: list[int]) -> str:
+    """Sorted ids as runs: [4, 5, 6, 9] -> '4–6, 9'."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
 
 
 def function_sharding_note(seen: list[list[int]]) -> str:

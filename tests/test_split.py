@@ -139,9 +139,10 @@ def test_policy_note_when_both_rebatches_agree():
     assert split.how_cut([3, 3], [[1, 4]]) == ""  # neither of TensorFlow's patterns: no story
 
 
-def worker_plan(steps, api="dataset", policy="auto", files=0):
-    return {"steps": steps, "replicas": 2, "global_batch": 4, "policy": policy, "api": api,
-            "files": files, "workers": 2, "examples": 10, "drop_remainder": False}
+def worker_plan(steps, api="dataset", policy="auto", files=0, global_batch=4, examples=10, drop=False):
+    """One worker's plan of a 2-worker cluster, as `split --workers 2` returns it (its steps from real runs)."""
+    return {"steps": steps, "replicas": 2, "global_batch": global_batch, "policy": policy, "api": api,
+            "files": files, "workers": 2, "examples": examples, "drop_remainder": drop}
 
 
 def test_cluster_notes_for_the_function_api_name_the_input_functions_sharding():
@@ -163,3 +164,68 @@ def test_file_sharding_error_asks_for_at_least_as_many_files_as_workers():
     config = SplitConfig(examples=12, global_batch=4, devices=("cpu:0",), policy="file", files=1, workers=2)
     text = split.explain_tf_error(config, ValueError("Could not apply FILE based sharding"))
     assert "at least as many files as workers" in text and "more files than workers" not in text
+
+
+def test_each_worker_note_is_true_of_that_worker_and_the_cluster_counts_the_dropped():
+    # `split --workers 2 --examples 7 --global-batch 4 --drop-remainder`: both workers' notes said
+    # "dropped the last 5" (7 minus one worker's 2); 4 of the 7 reached the workers, 3 were dropped.
+    plans = [worker_plan([[[0, 1]]], examples=7, drop=True), worker_plan([[[2, 3]]], examples=7, drop=True)]
+    for p in plans:
+        notes = " ".join(split.describe(p))
+        assert "dropped the last" not in notes and "of 7 examples" not in notes
+        assert "cluster notes" in notes
+    assert "drop_remainder left out 3 of the 7 examples (ids 4–6)" in " ".join(split.cluster_notes(plans))
+
+
+# Worker plans as `split --workers 2 --examples 10 --global-batch 3 --policy data` (and `--policy file
+# --files 2`) return them: TensorFlow cuts a global batch of 3 into pieces of 2 and 1; under FILE each
+# worker takes both pieces of its own batches in turn. The notes said every share "is 1" (3 // 2).
+UNEVEN = {
+    "data": [[[[0, 1]], [[3, 4]], [[6, 7]], [[9]]], [[[2]], [[5]], [[8]], [[]]]],
+    "file": [[[[0, 1]], [[2]], [[3, 4]], [[]]], [[[5]], [[6, 7]], [[8]], [[9]]]],
+}
+
+
+@pytest.mark.parametrize("policy", ["data", "file"])
+def test_partial_steps_of_a_cluster_are_read_off_every_workers_pieces(policy):
+    plans = [worker_plan(steps, policy=policy, files=2 if policy == "file" else 0, global_batch=3)
+             for steps in UNEVEN[policy]]
+    for p in plans:
+        notes = " ".join(split.describe(p))
+        assert "share of a global batch" not in notes and "partial batch" not in notes
+    cluster = split.cluster_notes(plans)
+    assert [n for n in cluster if "partial" in n] == ["Step 4 is a partial global batch (1 of 3), cut 1/0."
+                                                      if policy == "data" else
+                                                      "Step 4 is a partial global batch (1 of 3), cut 0/1."]
+    assert "Each full global batch of 3 was cut" in " ".join(cluster)
+    empty = 1 if policy == "data" else 0
+    assert "Step 4: this worker's replica 0 got nothing" in " ".join(split.describe(plans[empty]))
+
+
+def test_one_id_over_two_workers_is_a_full_global_batch():
+    # `--examples 1 --global-batch 1 --workers 2`: worker 0 got id 0; the notes said its share "is 0".
+    plans = [worker_plan([[[0]]], global_batch=1, examples=1), worker_plan([[[]]], global_batch=1, examples=1)]
+    assert "is 0" not in " ".join(split.describe(plans[0]))
+    cluster = " ".join(split.cluster_notes(plans))
+    assert "partial" not in cluster and "Each full global batch of 1 was cut 1/0" in cluster
+
+
+@pytest.mark.parametrize("args,kw,pieces,per_replica", [
+    ((4, 4, 5), {}, [1, 1, 1, 1, 0], None),  # was 0: four replicas got 1
+    ((10, 4, 3), {"policy": "file", "files": 3}, [2, 1, 1], None),  # was 1: replica 0 got 2
+    ((6, 4, 2), {}, [2, 2], 2),
+    ((8, 4, 2), {"api": "function"}, [2, 2], 2),
+])
+def test_per_replica_batch_is_what_a_full_global_batch_gave(args, kw, pieces, per_replica):
+    result = plan(*args, **kw)
+    assert (result["per_replica_batch"], result.get("full_batch_pieces")) == (per_replica, pieces)
+
+
+def test_a_plan_made_in_one_process_says_so_whatever_workers_was_asked():
+    # The planner passes "workers": 2 through, but runs one process with 2 replicas:
+    # it said "replicas": 4 and "per_replica_batch": 1 beside steps of two pieces of 2.
+    result = plan(6, 4, 2, workers=2)
+    assert result["steps"] == SEED_TABLES[0][1]
+    assert (result["replicas"], result["workers"], result["per_replica_batch"]) == (2, 1, 2)
+    assert "ran in one process" in result["notes"][0]
+    assert not any("one of 2 workers" in n for n in result["notes"])
