@@ -116,11 +116,13 @@ def find(run_dir, name: str | None) -> tuple[str, int]:
     return name, step
 
 
-def evaluate(run_dir, name: str | None = None, device_names=None, details: bool = False) -> dict:
+def evaluate(run_dir, name: str | None = None, device_names=None, details: bool = False,
+             data_dir: str | None = None) -> dict:
     """Restore a checkpoint into a fresh model and measure it on the run's test set.
 
     `device_names=None` evaluates with no strategy (TensorFlow's default strategy:
     one device, plain calls), as the tutorial's "restore without a strategy".
+    `data_dir` overrides the run's own (the data moved, or this is another host).
     """
     import keras
 
@@ -132,7 +134,7 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     newest = name is None
     name, step = find(run_dir, name)
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
-    data = data_lib.load(config.data_dir)
+    data = data_lib.load(data_dir or config.data_dir)
     n = config.test_examples
     with strategy.scope():
         model = create_model(config.model, config.l2)

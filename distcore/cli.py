@@ -1,4 +1,4 @@
-"""`python -m distcore`: devices, split, planner, train, evaluate, loss-check.
+"""`python -m distcore`: devices, split, planner, train, cluster, evaluate, loss-check, bench.
 
 Errors a user can cause print `error: MESSAGE` on stderr (and `{"error": MESSAGE}`
 on stdout with --json) and exit with status 2. Tracebacks are for bugs.
@@ -13,12 +13,34 @@ import json
 import os
 import sys
 
-from . import cluster, runs, stopping
+from . import cluster, jobs, runs, stopping
 from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, check_int
 
 # TensorFlow's C++ warnings: split plans capture and show them (an AUTO-to-DATA
 # fallback is one); other commands keep TF's start-up chatter off the terminal.
 WARNINGS_SHOWN = ("split", "planner")
+
+
+class UsageError(Exception):
+    """A command line argparse refused: its message, and the command's usage text."""
+
+    def __init__(self, message: str, usage: str):
+        super().__init__(message)
+        self.usage = usage
+
+
+class Parser(argparse.ArgumentParser):
+    """Raises UsageError instead of exiting, so main() can also print {"error": ...} for --json."""
+
+    def error(self, message):
+        raise UsageError(message, self.format_usage() + f"{self.prog}: error: {message}\n")
+
+
+def run_dir_arg(text: str) -> str:
+    try:
+        return str(runs.run_path(text))
+    except DistcoreError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_devices(parser, required: bool = False):
@@ -29,19 +51,21 @@ def add_devices(parser, required: bool = False):
 
 
 def add_train_flags(p):
-    p.add_argument("--run-dir", required=True, help="the run directory (created; must be new unless --resume)")
+    p.add_argument("--run-dir", required=True, type=run_dir_arg,
+                   help="the run directory (created; must be new unless --resume)")
     p.add_argument("--global-batch", help="global batch size (default 64)")
     p.add_argument("--epochs", help="epochs (default 1)")
     p.add_argument("--max-steps", help="stop after this many global steps (default: no limit)")
     p.add_argument("--seed", help="seed for weights and shuffling (default 0)")
     p.add_argument("--steps-per-loop", help="steps per tf.function call (default 20)")
     p.add_argument("--checkpoint-every", help="checkpoint every N steps (default: epoch ends only)")
-    p.add_argument("--model", choices=MODELS, help="cnn (tutorial, default) or mlp (training-loop guide)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, help="adam (default) or sgd")
+    p.add_argument("--model", type=str.lower, choices=MODELS,
+                   help="cnn (tutorial, default) or mlp (training-loop guide)")
+    p.add_argument("--optimizer", type=str.lower, choices=OPTIMIZERS, help="adam (default) or sgd")
     p.add_argument("--learning-rate", help="learning rate (default 0.001)")
     p.add_argument("--l2", help="L2 weight penalty (default 0)")
-    p.add_argument("--policy", choices=POLICIES, help="tf.data AutoShardPolicy (default auto)")
-    p.add_argument("--api", choices=APIS, help="input API (default dataset)")
+    p.add_argument("--policy", type=str.lower, choices=POLICIES, help="tf.data AutoShardPolicy (default auto)")
+    p.add_argument("--api", type=str.lower, choices=APIS, help="input API (default dataset)")
     p.add_argument("--drop-remainder", action="store_true", default=None, help="drop partial last batches")
     p.add_argument("--train-examples", help="use the first N training images (default 60000)")
     p.add_argument("--test-examples", help="use the first N test images (default 10000)")
@@ -51,7 +75,7 @@ def add_train_flags(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m distcore", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m distcore", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("devices", help="list the devices this machine offers")
@@ -61,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", required=True, help="dataset size N (ids 0..N-1)")
     p.add_argument("--global-batch", required=True, help="global batch size G")
     add_devices(p)
-    p.add_argument("--policy", default="auto", choices=POLICIES, help="tf.data AutoShardPolicy")
-    p.add_argument("--api", default="dataset", choices=APIS,
+    p.add_argument("--policy", default="auto", type=str.lower, choices=POLICIES, help="tf.data AutoShardPolicy")
+    p.add_argument("--api", default="dataset", type=str.lower, choices=APIS,
                    help="dataset: experimental_distribute_dataset; function: distribute_datasets_from_function")
     p.add_argument("--drop-remainder", action="store_true", help="drop the last partial global batch")
     p.add_argument("--files", default="0", help="write the ids into F TFRecord files (0: in memory)")
@@ -86,11 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replicas in each worker: 1 on CPU; on GPUs, this many GPUs per worker")
 
     p = sub.add_parser("evaluate", help="restore a checkpoint and evaluate it on the test set")
-    p.add_argument("--run-dir", required=True)
+    p.add_argument("--run-dir", required=True, type=run_dir_arg)
     p.add_argument("--checkpoint", help="checkpoint name, e.g. ckpt-500 (default: the newest)")
     group = add_devices(p)
     group.add_argument("--no-strategy", action="store_true", help="restore and evaluate with no strategy")
     p.add_argument("--details", action="store_true", help="add a confusion matrix and sample predictions")
+    p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files (default: the run's)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("loss-check", help="one batch's loss: single device vs distributed vs two mistakes")
@@ -287,7 +312,11 @@ def cmd_train(args) -> int:
         refuse_device_flags(args, "--multi-worker",
                             "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
     # A resume is checked before this process claims the run, so a refusal leaves its status as it was.
-    resumed = runs.resume_config(args.run_dir, train_flags(args)) if args.resume else None
+    # It may change the number of worker processes (a cluster's run resumed by one process, or back).
+    workers = cluster.current_task().workers if args.multi_worker else 1
+    resumed = runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers}) if args.resume else None
+    if args.resume and not args.multi_worker:  # (a cluster's launcher checked for its workers)
+        jobs.check_not_training(args.run_dir)
     stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
     stop.announce(args.resume)
     try:
@@ -312,20 +341,27 @@ def cmd_cluster(args) -> int:
     """Start W workers here, each `train --multi-worker` with its own TF_CONFIG."""
     workers = check_int("workers", args.workers, low=2, high=16)
     per_worker = check_int("replicas per worker", args.replicas_per_worker, high=16)
+    # Refused here, before any worker starts (and before the GPU count, which takes seconds):
+    # a worker refusing alone would fail the run. For the batch checks the replica count matters.
+    if args.resume:
+        runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers})
+        jobs.check_not_training(args.run_dir)
+    else:
+        runs.check_new(args.run_dir)
+        TrainConfig(**train_flags(args), devices=tuple(f"cpu:{i}" for i in range(per_worker)), workers=workers)
     gpus = physical_gpus_without_tf()
     if per_worker > 1 and gpus < workers * per_worker:
         raise DistcoreError(
             f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
             "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica.")
-    if args.resume:  # refused here, before any worker starts (a worker refusing alone would fail the run)
-        runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers})
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
     outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
                              gpus_per_worker=per_worker if gpus else 0)
     if outcome.failed is not None:
         runs.record_failure(args.run_dir, outcome.message)
-        raise DistcoreError(f"{outcome.message} The run directory keeps its last good checkpoint; "
-                            "continue with --resume.")
+        saved = runs.list_checkpoints(args.run_dir)
+        raise DistcoreError(outcome.message + (f" The run directory keeps its checkpoints (the newest: {saved[-1]}); "
+                                               "continue with --resume." if saved else " No checkpoint was saved."))
     if not args.json:  # finished, or stopped on request (the chief's status says which)
         state = (runs.read_status(args.run_dir) or {}).get("state", "finished")
         print(f"{workers} workers {state}; run directory: {args.run_dir}")
@@ -378,13 +414,30 @@ def cmd_evaluate(args) -> int:
 
     runs.read_config(args.run_dir)  # a clear error for a directory that is not a run
     names = None if args.no_strategy else device_names(args, default_replicas=1)
-    result = checkpoints.evaluate(args.run_dir, args.checkpoint, names, details=args.details)
+    result = checkpoints.evaluate(args.run_dir, args.checkpoint, names, details=args.details, data_dir=args.data_dir)
     if args.json:
         print_json(result)
-    else:
-        print(f"{result['checkpoint']} (step {result['step']}) on {', '.join(result['devices'])}: "
-              f"accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f} over {result['examples']} test images")
+        return 0
+    print(f"{result['checkpoint']} (step {result['step']}) on {', '.join(result['devices'])}: "
+          f"accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f} over {result['examples']} test images")
+    if "note" in result:
+        print("note: " + result["note"])
+    if args.details:
+        print_details(result)
     return 0
+
+
+def print_details(result: dict) -> None:
+    """The confusion matrix (rows: true class, columns: predicted) and the sample predictions."""
+    from .data import CLASS_NAMES
+
+    print("\nconfusion matrix (rows: true class, columns: predicted class 0-9)")
+    for index, row in enumerate(result["confusion"]):
+        print(f"{index} {CLASS_NAMES[index]:>12} " + " ".join(f"{n:5d}" for n in row))
+    print("\nsample predictions (test image: true -> predicted)")
+    for sample in result["samples"]:
+        mark = "ok" if sample["label"] == sample["predicted"] else "WRONG"
+        print(f"#{sample['index']:<3} {CLASS_NAMES[sample['label']]} -> {CLASS_NAMES[sample['predicted']]}  {mark}")
 
 
 def cmd_loss_check(args) -> int:
@@ -423,7 +476,14 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
     app would still count the run as active. Multi-worker processes exit normally, so
     TensorFlow's coordination service sees them leave.
     """
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as err:
+        if "--json" in argv:
+            print_json({"error": str(err)})
+        sys.stderr.write(err.usage)
+        return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if args.command in WARNINGS_SHOWN else "2")
     try:
         code = COMMANDS[args.command](args)
@@ -432,6 +492,9 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
             print_json({"error": str(err)})
         print(f"error: {err}", file=sys.stderr)
         code = 2
+    except KeyboardInterrupt:  # Ctrl-C where a command has no handling of its own (e.g. cluster's GPU count)
+        print("stopped (Ctrl-C).", file=sys.stderr)
+        code = 130
     if leave_at_once and not getattr(args, "multi_worker", False):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -69,7 +69,7 @@ class Controller:
         With `config.workers > 1` this process is one worker of a TF_CONFIG cluster:
         the chief writes `run_dir`, the others a temporary folder of their own.
         """
-        self.config, self.run_dir = config, Path(run_dir)
+        self.config, self.run_dir = config, runs.run_path(run_dir)
         self.stop = stop or StopFlag()
         self.on_record = on_record or (lambda record: None)
         self.task = cluster.current_task() if config.workers > 1 else cluster.Task(workers=1, index=0)
@@ -116,8 +116,8 @@ class Controller:
             raise DistcoreError(f"cannot resume: {self.run_dir} has no config.json (no run was started there).")
         if not self.task.is_chief:
             return  # the chief checks and writes the run directory
-        if not resume and (config_path.exists() or runs.list_checkpoints(self.run_dir)):
-            raise DistcoreError(f"{self.run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir.")
+        if not resume:
+            runs.check_new(self.run_dir)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             record = {**self.config.to_dict(), "tensorflow": tf.__version__, "keras": _keras_version(),

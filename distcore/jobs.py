@@ -87,12 +87,18 @@ def pid_cmdline(pid) -> list[str]:
 
 
 def is_train_process(pid, run_dir: Path) -> bool:
-    """True if pid is a live `distcore train` for this run dir (guards against pid reuse)."""
+    """True if pid is a live `distcore train` for this run dir (guards against pid reuse).
+    The app passes run directories in full; a user of the CLI may have given a relative one."""
     if not runs.pid_alive(pid):
         return False
     cmd = pid_cmdline(pid)
-    return ("distcore" in cmd and ("train" in cmd or "cluster" in cmd)
-            and str(Path(run_dir).resolve()) in cmd)
+    if "distcore" not in cmd or not ("train" in cmd or "cluster" in cmd) or "--run-dir" not in cmd[:-1]:
+        return False
+    given = Path(f"/proc/{int(pid)}/cwd") / cmd[cmd.index("--run-dir") + 1]  # relative to that process's folder
+    try:
+        return given.resolve() == Path(run_dir).resolve()
+    except OSError:
+        return False
 
 
 def job_pid(run_dir: Path) -> int | None:
@@ -106,6 +112,14 @@ def job_pid(run_dir: Path) -> int | None:
         if obj and obj.get("pid") and is_train_process(obj["pid"], run_dir):
             return int(obj["pid"])
     return None
+
+
+def check_not_training(run_dir) -> None:
+    """Refuse to start a second training process on a run whose first one still runs."""
+    pid = job_pid(Path(run_dir))
+    if pid is not None and pid != os.getpid():
+        raise DistcoreError(f"{run_dir} is still training (process {pid}): stop it first (Ctrl-C there, "
+                            f"or kill -TERM {pid}), then resume.")
 
 
 def is_active(run_dir: Path) -> bool:

@@ -68,6 +68,20 @@ def list_runs(root) -> list[str]:
     return [p.name for p in runs if NAME.match(p.name)]
 
 
+def run_path(run_dir) -> Path:
+    """A run directory as a user gave it, refused when empty: Path("") is the current folder."""
+    if run_dir is None or not str(run_dir).strip():
+        raise DistcoreError("the run directory is empty: name a folder for the run, e.g. runs/my-run.")
+    return Path(run_dir)
+
+
+def check_new(run_dir) -> None:
+    """A new run needs a directory that holds no run (checked before anything is launched)."""
+    run_dir = run_path(run_dir)
+    if (run_dir / "config.json").exists() or list_checkpoints(run_dir):
+        raise DistcoreError(f"{run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir.")
+
+
 def export_folder(now: float | None = None) -> Path:
     """A new temporary folder for one export of a run's files.
 
@@ -104,7 +118,7 @@ def read_json(path: Path) -> dict | None:
 
 
 def read_config(run_dir) -> dict:
-    data = read_json(Path(run_dir) / "config.json")
+    data = read_json(run_path(run_dir) / "config.json")
     if data is None:
         raise DistcoreError(f"{run_dir} has no readable config.json: is it a distcore run directory?")
     return data

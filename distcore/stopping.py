@@ -72,6 +72,7 @@ class StopFlag:
 
     def exit_before_training(self) -> None:
         mark_state(self.run_dir, os.getpid(), "stopped", BEFORE_TRAINING)
+        os.write(2, f"{BEFORE_TRAINING}: nothing to save.\n".encode())  # (print could re-enter a write)
         remove_autograph_files()  # the input pipeline's map functions may be converted already
         os._exit(0)  # nothing trained yet, nothing to save: do not wait for TensorFlow to load
 

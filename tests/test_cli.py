@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import time
 import pytest
 
 from conftest import ROOT, cpus
-from distcore import devices, runs
+from distcore import cli as distcore_cli, data, devices, runs
 
 SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
 
@@ -70,6 +71,9 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes
     for line in proc.stdout:  # wait for real progress, then ask it to stop
         records.append(json.loads(line))
         if records[-1].get("step", 0) >= 20 and "loss" in records[-1]:
+            second = cli("train", "--run-dir", str(run_dir), "--resume", "--json", timeout=60)  # not a second trainer
+            assert second.returncode == 2
+            assert json.loads(second.stdout)["error"].startswith(f"{run_dir} is still training (process {proc.pid})")
             proc.send_signal(signal.SIGTERM)
             break
     records += [json.loads(line) for line in proc.stdout]
@@ -130,3 +134,66 @@ def test_loss_check_shows_the_two_mistakes():
     assert result["distributed"] == pytest.approx(result["single_device"], rel=1e-5)
     assert result["mistake_reduce_mean"] == pytest.approx(4 * result["single_device"], rel=1e-4)
     assert result["mistake_keras_mean"] == pytest.approx(result["single_device"] / 4, rel=1e-4)
+
+
+def test_argument_errors_answer_in_json_too_and_choices_take_any_case(capsys):
+    assert distcore_cli.main(["split", "--json", "--examples", "5"]) == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"error": "the following arguments are required: --global-batch"}
+    assert err.startswith("usage: python -m distcore split") and "error: the following arguments" in err
+    assert distcore_cli.main(["train", "--json", "--run-dir", "x", "--model", "resnet"]) == 2
+    assert "invalid choice: 'resnet' (choose from 'cnn', 'mlp')" in json.loads(capsys.readouterr()[0])["error"]
+    args = distcore_cli.build_parser().parse_args(["train", "--run-dir", "x", "--model", "CNN", "--policy", "DATA"])
+    assert (args.model, args.policy) == ("cnn", "data")  # as the configuration itself reads them
+
+
+def test_an_empty_run_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # Path("") is the current folder: a run would land here
+    for command in (["train"], ["cluster", "--workers", "2"], ["evaluate"]):
+        assert distcore_cli.main([*command, "--run-dir", " "]) == 2
+        assert "argument --run-dir: the run directory is empty" in capsys.readouterr()[1]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_a_command_does_not_handle_ends_quietly(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setitem(distcore_cli.COMMANDS, "devices", interrupted)
+    assert distcore_cli.main(["devices"]) == 130
+    assert capsys.readouterr()[1] == "stopped (Ctrl-C).\n"
+
+
+def test_the_cluster_launcher_refuses_what_its_workers_would_refuse_before_starting_them(finished_run, tmp_path):
+    before = run_files(finished_run)
+    result = cli("cluster", "--workers", "2", "--run-dir", str(finished_run), "--json", timeout=60)
+    assert result.returncode == 2
+    assert json.loads(result.stdout)["error"] == (
+        f"{finished_run} already holds a run: pass --resume to continue it, or pick a new --run-dir.")
+    assert run_files(finished_run) == before  # still finished: no worker ran, nothing marked failed
+    result = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "new"), "--global-batch", "3",
+                 "--api", "function", timeout=60)
+    assert result.returncode == 2 and "worker" not in result.stderr and "resume" not in result.stderr
+    assert result.stderr.strip().endswith("the global batch (3) must divide evenly by the number of replicas (2).")
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_clusters_run_resumes_in_one_process_and_evaluate_says_what_it_restored(finished_run, tmp_path):
+    run_dir = tmp_path / "was-a-cluster"
+    shutil.copytree(finished_run, run_dir)
+    saved = runs.read_config(run_dir)
+    (run_dir / "config.json").write_text(json.dumps({**saved, "workers": 2, "devices": ["cpu:0"]}))
+    result = cli("train", "--run-dir", str(run_dir), "--resume", "--epochs", "2", "--replicas", "2")
+    assert result.returncode == 0, result.stderr
+    assert runs.read_status(run_dir)["state"] == "finished" and runs.read_config(run_dir)["workers"] == 1
+    assert runs.list_checkpoints(run_dir) == ["ckpt-10", "ckpt-20"]
+
+    newest = next((run_dir / "checkpoints").glob("ckpt-20.data-*"))
+    newest.write_bytes(newest.read_bytes()[:1000])  # damaged: evaluate falls back, and the text says so
+    out = cli("evaluate", "--run-dir", str(run_dir), "--details", "--data-dir", str(data.DEBIAN_DIR),
+              check=True).stdout.splitlines()
+    logged = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-10"][0]["test_accuracy"]
+    assert out[0].startswith(f"ckpt-10 (step 10) on cpu:0: accuracy {logged:.4f}")
+    assert out[1].startswith("note: restored ckpt-10, the newest intact checkpoint; skipped ckpt-20")
+    matrix = out[out.index("confusion matrix (rows: true class, columns: predicted class 0-9)") + 1:][:10]
+    assert sum(int(n) for row in matrix for n in row.split()[-10:]) == 200  # every test image once
+    assert len([line for line in out if line.startswith("#")]) == 16

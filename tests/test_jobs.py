@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from distcore import jobs, runs
+from distcore import jobs, runs, stopping
 from distcore.config import DistcoreError
 
 SHORT = ["--replicas", "2", "--global-batch", "64", "--train-examples", "2048",
@@ -149,6 +149,8 @@ def test_stop_right_after_start_still_stops_cleanly(tmp_path):
     assert jobs.stop_training(run_dir)
     assert jobs.wait_until_done(run_dir, timeout=120)
     assert jobs.job_progress(run_dir).state == "stopped"
+    if runs.read_status(run_dir)["message"] == stopping.BEFORE_TRAINING:  # the log says so too
+        assert "stopped before training began: nothing to save." in (run_dir / jobs.LOG_FILE).read_text()
 
 
 # Two worker processes of one MultiWorkerMirroredStrategy, 400 steps: long enough to stop part-way.
