@@ -27,7 +27,7 @@ import numpy as np
 
 from distcore import data, jobs, plots, runs
 from distcore import devices as devmod
-from distcore.config import (MAX_GLOBAL_BATCH, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
+from distcore.config import (MAX_GLOBAL_BATCH, MAX_SPLIT_EXAMPLES, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
                              DistcoreError, SplitConfig, TrainConfig, check_int)
 
 POLICY_CHOICES = tuple((p.upper(), p) for p in POLICIES)
@@ -177,8 +177,8 @@ def show_split(settings: AppSettings, planner, source, toy_examples, train_examp
     """Ask the planner how TF splits the dataset; return (figure or None, summary markdown)."""
     try:
         # Fashion-MNIST has 60,000 training examples: the same check (and words) as Train's.
-        examples = check_int("N (toy dataset size)", toy_examples) if source == TOY else check_int(
-            "train examples", train_examples, high=TRAIN_SIZE)
+        examples = (check_int("N (toy dataset size)", toy_examples, high=MAX_SPLIT_EXAMPLES) if source == TOY
+                    else check_int("train examples", train_examples, high=TRAIN_SIZE))
         global_batch = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
         files = check_int("source files", files, low=0, high=64)
         workers = check_int("worker processes", workers, high=MAX_WORKERS)
@@ -211,10 +211,6 @@ def split_on_workers(workers, examples, global_batch, policy, api, drop_remainde
 
 
 # ---------------------------------------------------------------- training
-
-def new_run_name() -> str:
-    return time.strftime("run-%Y%m%d-%H%M%S")
-
 
 def train_config(settings, cpu_count, gpu_boxes, global_batch, policy, api, model, optimizer,
                  learning_rate, epochs, max_steps, steps_per_loop, checkpoint_every, seed,
@@ -256,10 +252,11 @@ def check_job_limit(settings: AppSettings) -> None:
 def start_run(settings: AppSettings, lock, run_name, *form):
     """Start a training run in the background. Returns (message, run dropdown update)."""
     try:
-        name = runs.check_name(run_name or new_run_name())
+        name = runs.check_name(run_name) if run_name else None
         cfg = train_config(settings, *form)
         with lock:  # the limit check and the launch must not interleave between sessions
             check_job_limit(settings)
+            name = name or runs.claim_new_name(settings.runs_root)
             pid = jobs.start_training(settings.runs_root, name, train_args(cfg), workers=cfg.workers)
     except DistcoreError as e:
         return error_md(e), gr.skip()
@@ -449,12 +446,12 @@ def poll_run(settings: AppSettings, name, last_sig):
     return (*run_view(settings, name), list(sig))
 
 
-def poll_lists(settings: AppSettings, last_labels, run, checkpoint, last):
+def poll_lists(settings: AppSettings, last_labels, run, checkpoint, last, chosen=None):
     """Timer tick for both run pickers: Train's, and Evaluate's with its checkpoints.
     The runs are listed once a tick for the two (each label reads a status.json)."""
     labels = run_labels(settings)
     return (*poll_run_list(labels, last_labels),
-            *poll_evaluate_lists(settings, labels, run, checkpoint, last))
+            *poll_evaluate_lists(settings, labels, run, checkpoint, last, chosen))
 
 
 def poll_run_list(labels, last_labels):
@@ -465,19 +462,31 @@ def poll_run_list(labels, last_labels):
     return gr.update(choices=[tuple(x) for x in labels]), labels
 
 
-def poll_evaluate_lists(settings: AppSettings, labels, run, checkpoint, last):
-    """The Evaluate tab's run labels (states) and the chosen run's checkpoints, redrawn
-    only when they change. A choice the user made is kept; a run is picked only when
-    none is, a checkpoint only when none (or a vanished one) is."""
-    picked = run or (default_run(settings) if labels else None)
+def poll_evaluate_lists(settings: AppSettings, labels, run, checkpoint, last, chosen=None):
+    """The Evaluate tab's run labels (states) and checkpoints, redrawn only when they change.
+
+    What the user picked (`chosen`: [run, checkpoint or None], set by the pickers' input
+    events) is kept. Otherwise the pickers follow: the run a fresh page would show
+    (default_run: a running job, else the newest run) and its newest checkpoint.
+    """
+    chosen_run, chosen_checkpoint = chosen or (None, None)
+    keep_run = bool(run) and run == chosen_run
+    picked = run if keep_run else followed_run(labels)
     ckpts = checkpoint_names(settings, picked)
-    seen = [[list(x) for x in labels], picked, ckpts, checkpoint in ckpts]
+    keep_checkpoint = keep_run and checkpoint == chosen_checkpoint and checkpoint in ckpts
+    shown = checkpoint if keep_checkpoint else (ckpts[-1] if ckpts else None)
+    seen = [[list(x) for x in labels], picked, ckpts, shown]
     if seen == last:
         return gr.skip(), gr.skip(), last
-    run_update = gr.update(choices=labels) if run else gr.update(choices=labels, value=picked)
-    ckpt_update = (gr.update(choices=ckpts) if checkpoint in ckpts else
-                   gr.update(choices=ckpts, value=ckpts[-1] if ckpts else None))
-    return run_update, ckpt_update, seen
+    return gr.update(choices=labels, value=picked), gr.update(choices=ckpts, value=shown), seen
+
+
+def followed_run(labels) -> str | None:
+    """default_run, read off this tick's labels (no second listing): the first run, newest
+    first, whose status says it trains, else the newest run."""
+    names = [name for _, name in labels]
+    training = [name for label, name in labels if any(label.endswith(f"({s})") for s in runs.ACTIVE_STATES)]
+    return (training or names or [None])[0]
 
 
 def export_run(settings: AppSettings, name):
@@ -636,15 +645,22 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
         with gr.Tabs():
             with gr.Tab("1 · Setup & split"):
                 setup = _setup_tab(settings, planner, bind)
-            with gr.Tab("2 · Train"):
+            with gr.Tab("2 · Train") as train_tab:
                 train = _train_tab(settings, lock, setup, bind)
             with gr.Tab("3 · Evaluate"):
                 evaluate_ui = _evaluate_tab(settings, bind)
             with gr.Tab("4 · Loss scaling"):
                 _loss_tab(settings, setup, bind)
+        # Plotly sizes a plot redrawn in a hidden tab at its default width; a resize event
+        # after the tab shows makes it fill its panel again.
+        train_tab.select(None, None, None, js="() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 100); }")
         lists = gr.State(None)  # per session: what the Evaluate tab's pickers show
+        chosen = gr.State(None)  # per session: the run (and checkpoint) the user picked there
+        evaluate_ui["run"].input(lambda name: [name, None], evaluate_ui["run"], chosen)
+        evaluate_ui["checkpoint"].input(lambda name, ckpt: [name, ckpt],
+                                        [evaluate_ui["run"], evaluate_ui["checkpoint"]], chosen)
         train["timer"].tick(bind(poll_lists, settings),
-                            [train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
+                            [train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists, chosen],
                             [train["run"], train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
                             show_progress="hidden", concurrency_limit=8, api_name="poll_lists")
         demo.load(bind(_on_load, settings), None,

@@ -232,6 +232,7 @@ class Controller:
     def train_epoch(self, iterator, epoch: int, step: int, total: int) -> None:
         limit = self.config.max_steps or float("inf")
         while step < limit and not self.stopping():
+            traced = self.first_chunk_done  # the process's first chunk also traces the step function
             chunk = int(min(self.steps_to_boundary(step), limit - step, self.steps_to_checkpoint(step)))
             started = time.perf_counter()
             losses, counts = self.runner.train_steps(iterator, tf.constant(chunk, tf.int32))
@@ -240,8 +241,10 @@ class Controller:
             if len(losses):
                 self.log_steps(step, epoch + 1, losses, counts, elapsed)
                 step += len(losses)
-                self.set_status("running", epoch=epoch + 1, examples_per_sec=float(counts.sum() / elapsed),
-                                eta_seconds=max(total - step, 0) * elapsed / len(losses))
+                # No speed or ETA from a chunk that traced: after a resume it claimed minutes for seconds.
+                self.set_status("running", epoch=epoch + 1,
+                                examples_per_sec=float(counts.sum() / elapsed) if traced else None,
+                                eta_seconds=max(total - step, 0) * elapsed / len(losses) if traced else None)
             # Closed before any checkpoint of this step is saved: a checkpoint of the epoch's
             # last step must hold the closed epoch, or a resume from it retrains nothing.
             if len(losses) < chunk or self.epoch_done():  # the iterator ran out, or is about to

@@ -47,7 +47,8 @@ def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None) ->
                              global_batch=global_batch, api="dataset", policy="auto",
                              drop_remainder=False, transform=None, prefetch=False)
     batch = next(iter(dist))
-    scaled, wrong, sizes = strategy.run(replica_fn, args=(batch,))
+    # In a tf.function, as the tutorial's distributed step (eagerly TensorFlow warns of its overhead).
+    scaled, wrong, sizes = tf.function(lambda b: strategy.run(replica_fn, args=(b,)))(batch)
     distributed = float(strategy.reduce(SUM, scaled, axis=None))
     reduce_mean = float(strategy.reduce(SUM, wrong, axis=None))
     keras_mean = float(mean_metric.result())

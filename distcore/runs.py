@@ -82,6 +82,22 @@ def check_new(run_dir) -> None:
         raise DistcoreError(f"{run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir.")
 
 
+def claim_new_name(root) -> str:
+    """A fresh automatic run name, claimed by creating its folder: two sessions starting a run
+    in the same second get run-DATE-TIME and run-DATE-TIME-2, not one name between them."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("run-%Y%m%d-%H%M%S")
+    for number in range(1, 100):
+        name = stamp if number == 1 else f"{stamp}-{number}"
+        try:
+            (root / name).mkdir()
+            return name
+        except FileExistsError:
+            continue
+    raise DistcoreError("no free automatic run name this second: type a run name.")
+
+
 def export_folder(now: float | None = None) -> Path:
     """A new temporary folder for one export of a run's files.
 
@@ -120,6 +136,12 @@ def read_json(path: Path) -> dict | None:
 def read_config(run_dir) -> dict:
     data = read_json(run_path(run_dir) / "config.json")
     if data is None:
+        status = read_status(run_dir) or {}
+        if status.get("state") in ("stopped", "failed"):  # before its configuration was written
+            why = "was stopped" if status["state"] == "stopped" else f"failed ({status.get('message')})"
+            raise DistcoreError(
+                f"run {Path(run_dir).name} {why} before training began and saved nothing, so there is "
+                "nothing to resume, evaluate or export: start it again under the same name.")
         raise DistcoreError(f"{run_dir} has no readable config.json: is it a distcore run directory?")
     return data
 

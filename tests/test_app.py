@@ -1,6 +1,7 @@
 """app.py handlers, called directly: inputs -> outputs, bad input -> a clear message."""
 import csv
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -348,12 +349,46 @@ def test_evaluate_pickers_follow_run_states_and_new_checkpoints(settings):
     assert app.poll_lists(settings, None, "qa", None, seen)[2:] == (gr.skip(), gr.skip(), seen)
     write_run(settings.runs_root, "qa", "finished", checkpoints=["ckpt-20", "ckpt-40"])
     _, _, run_update, ckpt_update, seen = app.poll_lists(settings, None, "qa", None, seen)
-    assert run_update["choices"] == [("qa (finished)", "qa")] and "value" not in run_update
+    assert run_update["choices"] == [("qa (finished)", "qa")] and run_update["value"] == "qa"
     assert ckpt_update["choices"] == ["ckpt-20", "ckpt-40"] and ckpt_update["value"] == "ckpt-40"
-    # A checkpoint the user chose stays chosen.
+    # The page's own pick follows the newest checkpoint ...
     (run / "checkpoints" / "ckpt-60.index").write_text("")
-    _, _, _, ckpt_update, _ = app.poll_lists(settings, None, "qa", "ckpt-20", seen)
-    assert ckpt_update["choices"][-1] == "ckpt-60" and "value" not in ckpt_update
+    _, _, _, ckpt_update, seen = app.poll_lists(settings, None, "qa", "ckpt-40", seen)
+    assert ckpt_update["choices"][-1] == "ckpt-60" and ckpt_update["value"] == "ckpt-60"
+    # ... a checkpoint the user picked stays picked.
+    (run / "checkpoints" / "ckpt-80.index").write_text("")
+    _, _, _, ckpt_update, _ = app.poll_lists(settings, None, "qa", "ckpt-20", seen, ["qa", "ckpt-20"])
+    assert ckpt_update["choices"][-1] == "ckpt-80" and ckpt_update["value"] == "ckpt-20"
+
+
+def test_the_evaluate_run_picker_follows_a_new_run_until_the_user_picks_one(settings):
+    write_run(settings.runs_root, "old", "finished", checkpoints=["ckpt-10"])
+    _, _, run_update, _, seen = app.poll_lists(settings, None, None, None, None)
+    assert run_update["value"] == "old"
+    newer = write_run(settings.runs_root, "new", "finished", checkpoints=["ckpt-5"])
+    later = (settings.runs_root / "old" / "config.json").stat().st_mtime + 5
+    os.utime(newer / "config.json", (later, later))
+    _, _, run_update, ckpt_update, seen = app.poll_lists(settings, None, "old", "ckpt-10", seen)
+    assert (run_update["value"], ckpt_update["value"]) == ("new", "ckpt-5")  # the page's pick moved on
+    _, _, run_update, ckpt_update, _ = app.poll_lists(settings, None, "old", "ckpt-10", seen, ["old", None])
+    assert (run_update["value"], ckpt_update["value"]) == ("old", "ckpt-10")  # the user's pick stays
+
+
+def test_automatic_run_names_started_in_the_same_second_differ(tmp_path, monkeypatch):
+    monkeypatch.setattr(runs.time, "strftime", lambda fmt: "run-20261123-210821")
+    assert [runs.claim_new_name(tmp_path) for _ in range(3)] == [
+        "run-20261123-210821", "run-20261123-210821-2", "run-20261123-210821-3"]
+
+
+def test_a_run_stopped_before_training_began_says_why_it_cannot_be_resumed(settings):
+    lock = threading.Lock()
+    run = settings.runs_root / "early"
+    run.mkdir(parents=True)
+    (run / "status.json").write_text(json.dumps({"state": "stopped", "message": "stopped before training began"}))
+    message = ("run early was stopped before training began and saved nothing, so there is nothing to "
+               "resume, evaluate or export: start it again under the same name.")
+    assert message in app.resume_run(settings, lock, "early", 1, None)[0]
+    assert message in app.export_run(settings, "early")[1]
 
 
 def test_one_tick_lists_the_runs_once_for_both_pickers(settings, monkeypatch):
