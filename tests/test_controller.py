@@ -221,3 +221,17 @@ def test_a_workers_scratch_folder_replaces_those_of_dead_workers(tmp_path, monke
     new = worker_scratch()
     assert new.parent == tmp_path and new.name.startswith(f"distcore-worker-{os.getpid()}-")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([new.name, live.name, other.name])
+
+
+def test_the_chunk_that_traced_reports_no_speed_or_eta(tmp_path, monkeypatch):
+    # A process's first chunk is one step that also traces the step function: its time per
+    # step says nothing about the rest (after a resume it showed an ETA of minutes for seconds).
+    statuses = []
+    set_status = Controller.set_status
+    monkeypatch.setattr(Controller, "set_status",
+                        lambda self, state, **extra: statuses.append((state, extra)) or set_status(self, state, **extra))
+    config = TrainConfig(devices=cpus(2), epochs=1, train_examples=640, test_examples=200, steps_per_loop=5)
+    Controller(config, tmp_path / "r").run()
+    chunks = [extra for state, extra in statuses if state == "running" and "eta_seconds" in extra]
+    assert chunks[0]["examples_per_sec"] is None and chunks[0]["eta_seconds"] is None
+    assert all(c["examples_per_sec"] > 0 and c["eta_seconds"] >= 0 for c in chunks[1:]) and len(chunks) == 3
