@@ -766,7 +766,9 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
     ui["status"] = gr.Markdown("No run selected yet.")
     ui["loss_plot"] = gr.Plot(label="Training loss per step")
     ui["epoch_plot"] = gr.Plot(label="Per-epoch loss and accuracy")
-    ui["logs"] = gr.Textbox(label="Latest log lines", lines=8, max_lines=14, elem_id="dc-logs",
+    # Tall enough for all of log_text (2 x 12 lines and 2 headings): the newest lines are at the
+    # bottom of each part, and a box that scrolls opened at its top, hiding them.
+    ui["logs"] = gr.Textbox(label="Latest log lines", lines=8, max_lines=26, elem_id="dc-logs",
                             interactive=False)
     with gr.Accordion("Download this run", open=False):
         export = gr.Button("Export metrics CSV + config.json")
@@ -802,7 +804,11 @@ def _evaluate_tab(settings: AppSettings, bind) -> dict:
                 "choice, and evaluate it on the run's test set.")
     with gr.Row(equal_height=True):
         ui["run"] = gr.Dropdown(choices=[], value=None, label="Run", scale=3)
-        ui["checkpoint"] = gr.Dropdown(choices=[], value=None, label="Checkpoint", scale=2)
+        # allow_custom_value: a timer tick can carry the previous run's checkpoint while the
+        # choices already list the new run's, which Gradio would refuse with an error popup.
+        # evaluate() checks the name itself.
+        ui["checkpoint"] = gr.Dropdown(choices=[], value=None, label="Checkpoint", scale=2,
+                                       allow_custom_value=True)
         refresh = gr.Button("↻ Refresh", scale=1)
     ui["mode"] = gr.Radio([("No strategy (plain model)", NO_STRATEGY),
                            ("MirroredStrategy on these devices:", ON_DEVICES)],

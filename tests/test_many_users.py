@@ -284,6 +284,9 @@ def test_eight_clients_start_jobs_limit_holds_and_sessions_stay_apart(server):
     assert all("choices" in update for update in owner.predict(None, None, api_name="/poll_lists")[:2])
     assert all("choices" not in update for update in owner.predict(None, None, api_name="/poll_lists"))
     assert all("choices" in update for update in client(url).predict(None, None, api_name="/poll_lists")[:2])
+    # A tick can carry a checkpoint the picker's current choices lack (the previous run's): no error.
+    stale = client(url).predict(None, "ckpt-999999", api_name="/poll_lists")
+    assert "ckpt-999999" not in stale[2]["choices"]
 
     # A refused user can start now (the refusal is not sticky).
     i = losers[-1]
