@@ -653,7 +653,8 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
                 _loss_tab(settings, setup, bind)
         # Plotly sizes a plot redrawn in a hidden tab at its default width; a resize event
         # after the tab shows makes it fill its panel again.
-        train_tab.select(None, None, None, js="() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 100); }")
+        train_tab.select(None, None, None,
+                         js="() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 100); }")
         lists = gr.State(None)  # per session: what the Evaluate tab's pickers show
         chosen = gr.State(None)  # per session: the run (and checkpoint) the user picked there
         evaluate_ui["run"].input(lambda name: [name, None], evaluate_ui["run"], chosen)
