@@ -92,11 +92,13 @@ def is_train_process(pid, run_dir: Path) -> bool:
     if not runs.pid_alive(pid):
         return False
     cmd = pid_cmdline(pid)
-    if "distcore" not in cmd or not ("train" in cmd or "cluster" in cmd) or "--run-dir" not in cmd[:-1]:
+    if "distcore" not in cmd or not ("train" in cmd or "cluster" in cmd):
         return False
-    given = Path(f"/proc/{int(pid)}/cwd") / cmd[cmd.index("--run-dir") + 1]  # relative to that process's folder
+    given = [b for a, b in zip(cmd, cmd[1:]) if a == "--run-dir"] + [
+        a.split("=", 1)[1] for a in cmd if a.startswith("--run-dir=")]
+    folder = Path(f"/proc/{int(pid)}/cwd")  # a relative --run-dir is relative to that process's folder
     try:
-        return given.resolve() == Path(run_dir).resolve()
+        return any((folder / path).resolve() == Path(run_dir).resolve() for path in given)
     except OSError:
         return False
 

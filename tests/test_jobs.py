@@ -2,7 +2,10 @@
 
 Real TensorFlow in subprocesses, on short trainings over real Fashion-MNIST.
 """
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -86,6 +89,24 @@ def test_start_training_refuses_bad_run_names(tmp_path, name):
     with pytest.raises(DistcoreError):
         jobs.start_training(tmp_path, name, SHORT)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", [["--run-dir", "runs/x"], ["--run-dir=runs/x"]])
+def test_a_trainer_is_recognised_by_a_relative_run_dir_in_either_form(tmp_path, flag):
+    # A stand-in with a trainer's command line, started in tmp_path as a CLI user would.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", "train", *flag],
+                            cwd=tmp_path)
+    try:
+        assert wait_for(lambda: "train" in jobs.pid_cmdline(proc.pid), timeout=10)
+        assert jobs.is_train_process(proc.pid, tmp_path / "runs" / "x")
+        assert not jobs.is_train_process(proc.pid, tmp_path / "runs" / "y")
+        with pytest.raises(DistcoreError, match=f"is still training \\(process {proc.pid}\\)"):
+            (tmp_path / "runs" / "x").mkdir(parents=True)
+            (tmp_path / "runs" / "x" / "status.json").write_text(json.dumps({"state": "running", "pid": proc.pid}))
+            jobs.check_not_training(tmp_path / "runs" / "x")
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_short_training_finishes_and_is_reaped(tmp_path):
