@@ -8,7 +8,8 @@ RUN apt-get update \
 
 WORKDIR /app
 COPY requirements.txt .
-RUN python -m venv .venv && .venv/bin/python -m pip install --no-cache-dir -r requirements.txt
+RUN python -m venv .venv && .venv/bin/python -m pip install --no-cache-dir --upgrade pip \
+ && .venv/bin/python -m pip install --no-cache-dir -r requirements.txt
 COPY . .
 
 # Containers (and Hugging Face Spaces) must listen on all interfaces; a local

@@ -46,7 +46,8 @@ each replica computes gradients on its share, and the gradients are summed acros
 
 **Where current TensorFlow differs from the tutorials** (TF {tf}, Keras 3):
 - `strategy.experimental_run_v2(...)` is gone: it is now **`strategy.run(fn, args=...)`**.
-- Keras 3 losses take **`reduction="none"`** (not `tf.keras.losses.Reduction.NONE`);
+- Keras 3 losses take **`reduction="none"`** (`keras.losses.Reduction` is gone; the tutorials'
+  `tf.keras.losses.Reduction.NONE` still works through Keras's legacy module and equals `"none"`);
   the per-example losses are then scaled with `tf.nn.compute_average_loss(...,
   global_batch_size=G)` so that summing the replicas' gradients gives the global mean.
 - `experimental_distribute_dataset` re-batches a dataset batched by the **global** batch;
@@ -569,10 +570,14 @@ def gallery_caption(predicted: int, label: int) -> str:
 
 # ---------------------------------------------------------------- loss scaling
 
-def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed) -> str:
-    """One global batch's loss: single device vs distributed vs the two classic mistakes."""
+def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, workers=1) -> str:
+    """One global batch's loss: single device vs distributed vs the two classic mistakes.
+    With 2+ worker processes (one CPU replica each) it runs that many replicas in one process:
+    the loss arithmetic is the same, and a cluster is not needed to show it."""
     try:
-        names = selected_devices(settings, cpu_count, gpu_boxes)
+        workers = check_int("worker processes", workers, high=MAX_WORKERS)
+        names = tuple(f"cpu:{i}" for i in range(workers)) if workers > 1 else selected_devices(
+            settings, cpu_count, gpu_boxes)
         args = ["loss-check", *device_args(names), "--global-batch",
                 str(check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)),
                 "--seed", str(check_int("seed", seed, low=0))]
@@ -840,8 +845,8 @@ def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
     seed = gr.Number(value=0, label="Seed (which batch and initial weights)")
     button = gr.Button("Check loss scaling", variant="primary")
     result = gr.Markdown()
-    button.click(bind(loss_check, settings), [setup["count"], setup["boxes"], setup["batch"], seed],
-                 result)
+    button.click(bind(loss_check, settings), [setup["count"], setup["boxes"], setup["batch"], seed,
+                                              setup["workers"]], result)
 
 
 def check_port_free(host: str, port: int) -> None:

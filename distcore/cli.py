@@ -30,7 +30,11 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """Raises UsageError instead of exiting, so main() can also print {"error": ...} for --json."""
+    """Raises UsageError instead of exiting, so main() can also print {"error": ...} for --json.
+    No abbreviated flags: `cluster --replicas 2` would be read as --replicas-per-worker 2."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message):
         raise UsageError(message, self.format_usage() + f"{self.prog}: error: {message}\n")

@@ -196,7 +196,7 @@ class Controller:
 
     def start_event(self, step: int, total: int) -> tuple[str, str]:
         if self.resumed_from:
-            return "resume", f"resumed from {self.resumed_from} at step {step}"
+            return "resume", f"resumed from {self.resumed_from} at step {step} on {self.where()}"  # may differ
         if self.resume:
             return "resume", (f"no checkpoint to resume from (the run stopped or failed before saving one): "
                               f"training from step 0, {total} steps on {self.where()}")

@@ -68,7 +68,8 @@ def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None) ->
             "MirroredStrategy sums gradients (and here losses) across replicas. Dividing each "
             "replica's summed per-example loss by the global batch size makes that sum equal the "
             "single-device mean. reduce_mean per replica divides by the local batch instead, so the "
-            "sum is about replicas x too large; a Keras Mean over the replicas' scaled losses divides "
-            "by the number of replicas again, so it is replicas x too small."
+            "sum is about k x too large, k the number of replicas that got examples (an empty "
+            "replica's reduce_mean is NaN in TensorFlow; here it adds 0); a Keras Mean over the "
+            "replicas' scaled losses divides by the number of replicas again, so it is replicas x too small."
         ),
     }

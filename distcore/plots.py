@@ -151,7 +151,9 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
     """Markdown: the headline numbers, then what happened (distcore's notes, else our own)."""
     steps = plan.get("steps") or []
     examples = sum(len(ids) for row in steps for ids in row)
-    lines = [f"**{examples} examples → {len(steps)} global batches of {plan.get('global_batch')}"
+    distinct = len({i for row in steps for ids in row for i in ids})
+    repeats = f" ({distinct} distinct ids: some reached more than one replica)" if distinct < examples else ""
+    lines = [f"**{examples} examples{repeats} → {len(steps)} global batches of {plan.get('global_batch')}"
              f" on {plan.get('replicas')} replicas**{pieces_text(plan)}."]
     facts = split_facts(plan)
     if facts:

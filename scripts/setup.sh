@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 REQUIREMENTS="${1:-requirements.txt}"
 shift || true
 DEBIAN_PACKAGES=("dataset-fashion-mnist" "$@")
+PYTHON="${PYTHON:-python3}"
+# Debian's python3 makes a venv only with python3-venv installed (it brings ensurepip).
+if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c "import ensurepip" >/dev/null 2>&1; then
+  DEBIAN_PACKAGES+=("python3-venv")
+fi
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
@@ -22,7 +27,6 @@ if ((${#missing[@]})); then
   fi
 fi
 
-PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PYTHON" -m venv .venv

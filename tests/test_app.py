@@ -162,6 +162,10 @@ def test_loss_check(settings):
     assert "| Distributed step" in text and "0.00e+00" in text
     assert is_error(app.loss_check(settings, 2, [], 0, 0))
     assert is_error(app.loss_check(settings, None, [], 64, 0))
+    # With 3 worker processes Setup counts one replica per worker, and so does the check
+    # (the device choice, 4 here, is greyed out there).
+    assert "Global batch 32 on 3 replicas** (examples per replica: 11, 11, 10)" in app.loss_check(
+        settings, 4, [], 32, 0, 3)
 
 
 def wait_for(predicate, timeout=120):

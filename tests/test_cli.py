@@ -147,6 +147,9 @@ def test_argument_errors_answer_in_json_too_and_choices_take_any_case(capsys):
     assert "invalid choice: 'resnet' (choose from 'cnn', 'mlp')" in json.loads(capsys.readouterr()[0])["error"]
     args = distcore_cli.build_parser().parse_args(["train", "--run-dir", "x", "--model", "CNN", "--policy", "DATA"])
     assert (args.model, args.policy) == ("cnn", "data")  # as the configuration itself reads them
+    # No abbreviations: this would have been --replicas-per-worker 2 (4 GPUs on a GPU host).
+    assert distcore_cli.main(["cluster", "--workers", "2", "--replicas", "2", "--run-dir", "x"]) == 2
+    assert "unrecognized arguments: --replicas 2" in capsys.readouterr()[1]
 
 
 def test_an_empty_run_dir_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):

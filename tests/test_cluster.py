@@ -57,9 +57,10 @@ EXPECTED = {
     "off": [[[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]], [[8, 9]], [[10, 11]]]] * 2,
     "file": [[[[0, 1]], [[2, 3]], [[4, 5]]], [[[6, 7]], [[8, 9]], [[10, 11]]]],
 }
+EXPECTED["auto"] = EXPECTED["file"]  # with files to shard, AUTO shards by file
 
 
-@pytest.mark.parametrize("policy", ["data", "off", "file"])
+@pytest.mark.parametrize("policy", ["data", "off", "file", "auto"])
 def test_shard_policies_across_two_workers(policy):
     result, out = worker_split(policy, files=2)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -62,6 +62,9 @@ def test_split_summary_says_what_happened():
     assert "Replica 2 got nothing in step 1." in text
     text = plots.split_summary(plan([[[0, 1], [2, 3]]], 4, notes=["a note from distcore"]))
     assert "Every global batch is full" in text and "- a note from distcore" in text
+    # OFF across two workers: each reads every id, so the headline counts 8 deliveries of 4 ids.
+    text = plots.split_summary(plan([[[0, 1], [0, 1]], [[2, 3], [2, 3]]], 4))
+    assert "8 examples (4 distinct ids: some reached more than one replica) → 2 global batches" in text
 
 
 @settings(max_examples=60, deadline=None)
