@@ -355,11 +355,16 @@ def list_run_names(settings: AppSettings) -> list[str]:
     return [p.name for p in launched] + listed
 
 
-def default_run(settings: AppSettings):
-    """What a fresh page follows: a running job if any, else the newest run."""
-    active = jobs.active_runs(settings.runs_root)
-    names = list_run_names(settings)
-    return next((n for n in names if n in active), names[0] if names else None)
+def default_run(settings: AppSettings, labels=None):
+    """What a fresh page follows: a running job if any, else the newest run. `labels` are
+    run_labels already read this tick (no second listing); only a run whose label says it
+    trains is checked for a live process."""
+    labels = run_labels(settings) if labels is None else labels
+    names = [name for _, name in labels]
+    training = (name for label, name in labels
+                if label.endswith(tuple(f"({s})" for s in runs.ACTIVE_STATES))
+                and jobs.is_active(settings.runs_root / name))
+    return next(training, names[0] if names else None)
 
 
 def run_view(settings: AppSettings, name):
@@ -472,7 +477,7 @@ def poll_evaluate_lists(settings: AppSettings, labels, run, checkpoint, last, ch
     """
     chosen_run, chosen_checkpoint = chosen or (None, None)
     keep_run = bool(run) and run == chosen_run
-    picked = run if keep_run else followed_run(labels)
+    picked = run if keep_run else default_run(settings, labels)
     ckpts = checkpoint_names(settings, picked)
     keep_checkpoint = keep_run and checkpoint == chosen_checkpoint and checkpoint in ckpts
     shown = checkpoint if keep_checkpoint else (ckpts[-1] if ckpts else None)
@@ -480,14 +485,6 @@ def poll_evaluate_lists(settings: AppSettings, labels, run, checkpoint, last, ch
     if seen == last:
         return gr.skip(), gr.skip(), last
     return gr.update(choices=labels, value=picked), gr.update(choices=ckpts, value=shown), seen
-
-
-def followed_run(labels) -> str | None:
-    """default_run, read off this tick's labels (no second listing): the first run, newest
-    first, whose status says it trains, else the newest run."""
-    names = [name for _, name in labels]
-    training = [name for label, name in labels if any(label.endswith(f"({s})") for s in runs.ACTIVE_STATES)]
-    return (training or names or [None])[0]
 
 
 def export_run(settings: AppSettings, name):
