@@ -178,15 +178,16 @@ class Controller:
             self.set_status(state)
             return {"state": state, "step": step, "total_steps": total}
         except BaseException as err:
-            message = str(err) if isinstance(err, DistcoreError) else f"{type(err).__name__}: {err}"
+            message = failure_message(err)
+            detail = {"detail": str(err)} if isinstance(err, tf.errors.OpError) else {}  # for the post-mortem
             try:
                 self.log_event("failed", message)
-                self.set_status("failed", message=message)
+                self.set_status("failed", message=message, **detail)
             except DistcoreError:
                 pass  # the run directory itself is what failed; the error below says so
             if self.config.workers > 1 and isinstance(err, tf.errors.OpError):
                 raise DistcoreError(f"worker {self.task.index}: the cluster lost a peer or a collective failed "
-                                    f"({type(err).__name__}: {str(err).splitlines()[0][:200]}).") from None
+                                    f"({message[:300]}).") from None
             raise
         finally:
             self.metrics.close()
@@ -297,6 +298,17 @@ class Controller:
         name = self.saver.save(step)
         self.emit({"event": "checkpoint", "step": step, "checkpoint": name,
                    "test_loss": test_loss, "test_accuracy": test_accuracy})
+
+
+def failure_message(err: BaseException) -> str:
+    """One line for people. A TensorFlow op error that a tf.function raised opens with "Graph
+    execution error:" and the Python stack that built the op; its reason comes after them."""
+    if isinstance(err, DistcoreError):
+        return str(err)
+    lines = [line.strip() for line in str(err).splitlines()]
+    reasons = [line for line in lines if line and line != "Graph execution error:"
+               and not line.startswith(("Detected at node", 'File "'))]
+    return f"{type(err).__name__}: {(reasons or [''])[0]}".rstrip(": ")
 
 
 def _keras_version() -> str:

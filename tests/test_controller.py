@@ -12,7 +12,8 @@ import tensorflow as tf
 from conftest import cpus
 from distcore import checkpoints, inputs, runs
 from distcore.config import DistcoreError, TrainConfig
-from distcore.controller import Controller, StopFlag, resume_config, train_examples, worker_scratch
+from distcore.controller import (Controller, StopFlag, failure_message, resume_config, train_examples,
+                                 worker_scratch)
 from distcore.loop import StepRunner
 
 
@@ -163,6 +164,22 @@ def test_a_run_that_failed_before_its_first_checkpoint_resumes_from_step_0(tmp_p
         path.unlink()
     with pytest.raises(DistcoreError, match="holds no checkpoint to restore"):
         Controller(resume_config(run_dir, {"epochs": 3}), run_dir, resume=True)
+
+
+def test_a_failure_message_gives_tensorflows_reason_not_its_stack():
+    @tf.function
+    def check(x):
+        tf.debugging.assert_non_negative(x, message="the loss went negative")
+        return x
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        check(tf.constant(-1.0))
+    assert str(raised.value).startswith("Graph execution error:")  # what a collective's failure looks like too
+    message = failure_message(raised.value)
+    assert message.startswith("InvalidArgumentError: ") and "the loss went negative" in message
+    assert "\n" not in message and "File " not in message
+    assert failure_message(DistcoreError("said for people")) == "said for people"
+    assert failure_message(OSError("the disk went away")) == "OSError: the disk went away"
 
 
 def test_a_resume_with_nothing_left_to_train_is_refused(uninterrupted):
