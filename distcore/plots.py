@@ -124,17 +124,10 @@ def split_facts(plan: dict) -> list[str]:
     """Plain sentences about partial batches and empty replicas in a plan."""
     steps = plan.get("steps") or []
     global_batch = int(plan.get("global_batch") or 0)
-    facts = []
-    for s, row in enumerate(steps):
-        sizes = [len(ids) for ids in row]
-        if sum(sizes) < global_batch:
-            split = "/".join(str(n) for n in sizes)
-            facts.append(f"Step {s + 1} is partial ({sum(sizes)} of {global_batch} examples), split {split}.")
-        empty = [str(r) for r, n in enumerate(sizes) if n == 0]
-        if empty:
-            who = "Replica " + empty[0] if len(empty) == 1 else "Replicas " + ", ".join(empty)
-            facts.append(f"{who} got nothing in step {s + 1}.")
-    return facts
+    sizes = split.piece_sizes({"steps": steps})
+    facts = [f"Step {s + 1} is partial ({sum(row)} of {global_batch} examples), split {split.slashed(row)}."
+             for s, row in enumerate(sizes) if sum(row) < global_batch]
+    return facts + [f"{who} got nothing in {steps}." for steps, who in split.empty_replicas(sizes)]
 
 
 def pieces_text(plan: dict) -> str:

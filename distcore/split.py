@@ -174,18 +174,32 @@ def describe(result: dict) -> list[str]:
             f"batch ({g // replicas}) and TensorFlow hands whole batches to the replicas in turn."
         )
     if g % replicas and result["api"] == "dataset":
-        notes.append(f"{g} examples do not divide evenly over {replicas} replicas: piece sizes differ.")
+        notes.append(f"A global batch of {g} does not divide evenly over {replicas} replicas: piece sizes differ.")
     notes += delivery_notes(result)
     for number, sizes in enumerate(piece_sizes(result), start=1):
-        empty = [str(r) for r, size in enumerate(sizes) if size == 0]
         if workers == 1 and sum(sizes) < g:
             notes.append(f"Step {number} is a partial batch ({sum(sizes)} of {g}), split {slashed(sizes)}.")
-        if empty:
-            who = "replica " + empty[0] if len(empty) == 1 else "replicas " + ", ".join(empty)
-            who = "this worker's " + who if workers > 1 else who
-            notes.append(f"Step {number}: {who} got nothing (an empty batch, so it still joins the all-reduce).")
+    for steps, who in empty_replicas(piece_sizes(result)):
+        who = "this worker's " + who.lower() if workers > 1 else who.lower()
+        notes.append(f"{steps.capitalize()}: {who} got nothing (an empty batch, so it still joins the all-reduce).")
     notes.append(policy_note(result))
     return notes
+
+
+def empty_replicas(sizes: list[list[int]]) -> list[tuple[str, str]]:
+    """("steps 1–2000", "Replicas 2, 3") for each run of consecutive steps that left the same
+    replicas empty: a batch of 2 on 4 replicas says so once, not in 2,000 notes."""
+    runs = []  # [first step, last step, who]
+    for number, row in enumerate(sizes, start=1):
+        empty = [str(r) for r, size in enumerate(row) if size == 0]
+        if not empty:
+            continue
+        who = "Replica " + empty[0] if len(empty) == 1 else "Replicas " + ", ".join(empty)
+        if runs and runs[-1][2] == who and runs[-1][1] == number - 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number, who])
+    return [(f"step {a}" if a == b else f"steps {a}–{b}", who) for a, b, who in runs]
 
 
 def delivery_notes(result: dict) -> list[str]:

@@ -59,7 +59,9 @@ def test_split_summary_says_what_happened():
     assert "6 examples → 2 global batches of 4 on 2 replicas" in text
     assert "Step 2 is partial (2 of 4 examples), split 1/1." in text
     text = plots.split_summary(N8_G4_R3)
-    assert "Replica 2 got nothing in step 1." in text
+    assert "Replica 2 got nothing in steps 1–2." in text
+    text = plots.split_summary(plan([[[2 * s], [2 * s + 1], []] for s in range(500)], 2))
+    assert "Replica 2 got nothing in steps 1–500." in text and "step 2." not in text
     text = plots.split_summary(plan([[[0, 1], [2, 3]]], 4, notes=["a note from distcore"]))
     assert "Every global batch is full" in text and "- a note from distcore" in text
     # OFF across two workers: each reads every id, so the headline counts 8 deliveries of 4 ids.

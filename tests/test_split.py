@@ -34,6 +34,15 @@ def test_notes_call_out_partial_batches_and_empty_replicas():
     assert "replica 4 got nothing" in notes
 
 
+def test_a_replica_empty_in_every_step_is_one_note_not_one_per_step():
+    # A global batch of 2 on 4 replicas: replicas 2 and 3 get nothing in each of the 20 steps.
+    notes = plan(40, 2, 4)["notes"]
+    empty = [n for n in notes if "got nothing" in n]
+    assert empty == ["Steps 1–20: replicas 2, 3 got nothing (an empty batch, so it still joins the all-reduce)."]
+    assert split.empty_replicas([[1, 0], [1, 0], [1, 1], [0, 1], [0, 1], [1, 0]]) == [
+        ("steps 1–2", "Replica 1"), ("steps 4–5", "Replica 0"), ("step 6", "Replica 1")]
+
+
 def test_drop_remainder_drops_the_partial_batch():
     result = plan(6, 4, 2, drop_remainder=True)
     assert result["steps"] == [[[0, 1], [2, 3]]]
