@@ -218,6 +218,15 @@ class TrainConfig:
                 f"global batch size ({self.global_batch}) is larger than the training set "
                 f"({self.train_examples} examples): choose a batch of at most {self.train_examples}."
             )
+        if self.workers > 1 and self.api == "dataset" and self.policy in ("file", "off"):
+            why = ("every worker would read every example" if self.policy == "off"
+                   else "each worker's own files would set how many steps it takes")
+            raise DistcoreError(
+                f"shard policy {self.policy.upper()} cannot train across {self.workers} workers: {why}, so an "
+                "epoch would no longer be the training set cut into global batches, which distcore's epochs, "
+                f"progress and exact resume count on. Train with AUTO or DATA; `split --workers {self.workers} "
+                f"--policy {self.policy}` shows what {self.policy.upper()} does."
+            )
         if self.api == "function" and self.global_batch % self.replicas:
             raise DistcoreError(
                 f"with distribute_datasets_from_function the global batch ({self.global_batch}) must "

@@ -105,12 +105,11 @@ def id_source(config: SplitConfig, tmp: Path):
     With `files` > 0 the ids are written into that many TFRecord files (contiguous
     ranges, like the seed's "file 1 holds 0..5") so FILE sharding has files to split.
     """
-    import numpy as np
     import tensorflow as tf
 
     if not config.files:
         return lambda: tf.data.Dataset.range(config.examples)
-    bounds = np.linspace(0, config.examples, config.files + 1).astype(int)
+    bounds = file_bounds(config.examples, config.files)
     names = []
     for f in range(config.files):
         name = str(tmp / f"ids-{f:03d}.tfrecord")
@@ -251,18 +250,37 @@ def sharding_notes(plans: list[dict], seen: list[list[int]]) -> list[str]:
         return [function_sharding_note(seen)]
     notes = ["No example reached two workers: the policy divided the data between them."]
     g, policy, files = plans[0]["global_batch"], plans[0]["policy"], plans[0]["files"]
-    by_global_batch = all(g * k <= i < g * (k + 1)
-                          for p in plans for k, step in enumerate(p["steps"]) for ids in step for i in ids)
-    if by_global_batch:
+    if files and policy != "data":
+        # AUTO tries FILE first, and distcore's id files always give it files to shard (too few
+        # is TensorFlow's error, not a fallback). Ids alone cannot always tell FILE from DATA:
+        # with files of 2 ids, G=4 and 2 workers, both give worker 0 [0,1] [4,5] …
+        read = files_read(plans[0]["examples"], files, seen)
+        if sum(map(len, read)) > len({f for r in read for f in r}):
+            return notes  # a file split between workers: not what FILE does, so no story
+        notes.append("Each worker read whole files of its own: that is FILE sharding ("
+                     + "; ".join(f"worker {w}: file(s) {id_ranges(f)}" for w, f in enumerate(read))
+                     + "). A worker's steps come from its files only, so when its files run out its pieces "
+                     "shrink or come empty.")
+    elif all(g * k <= i < g * (k + 1) for p in plans for k, step in enumerate(p["steps"]) for ids in step for i in ids):
         text = "Every worker took its piece of each global batch in turn: that is DATA sharding."
         if policy == "auto":
-            text += (" AUTO found no input files to shard" if not files else " AUTO could not shard by file")
-            text += " and fell back to DATA (TensorFlow 2.21 logs nothing when it does; the ids show it)."
+            text += (" AUTO found no input files to shard and fell back to DATA (TensorFlow 2.21 logs nothing "
+                     "when it does; the ids show it).")
         notes.append(text)
-    elif files:
-        notes.append("Each worker read whole files of its own: that is FILE sharding (a worker's steps come "
-                     "from its files only, so when its files run out its pieces shrink or come empty).")
     return notes
+
+
+def file_bounds(examples: int, files: int) -> list[int]:
+    """Where each id file starts and ends: file f holds ids bounds[f] .. bounds[f+1]-1."""
+    import numpy as np
+
+    return np.linspace(0, examples, files + 1).astype(int).tolist()
+
+
+def files_read(examples: int, files: int, seen: list[list[int]]) -> list[list[int]]:
+    """The files each worker received ids from."""
+    bounds = file_bounds(examples, files)
+    return [sorted({f for i in ids for f in range(files) if bounds[f] <= i < bounds[f + 1]}) for ids in seen]
 
 
 def cluster_steps(plans: list[dict]) -> list[list[int]]:

@@ -256,6 +256,9 @@ def test_two_worker_processes_split_and_train(settings):
     assert list(fig.data[0].text[0]) == ["0,1", "2,3"]  # step 1: worker 0 gets 0,1; worker 1 gets 2,3
     assert "worker 1 · cpu:0" in str(fig.data[0].x) and "DATA sharding" in text
     lock = threading.Lock()
+    text, _ = app.start_run(settings, lock, "apart", *form(max_steps=12, workers=2, policy="off"))
+    assert is_error(text) and "shard policy OFF cannot train across 2 workers" in text
+    assert not (settings.runs_root / "apart").exists()
     text, _ = app.start_run(settings, lock, "pair", *form(max_steps=12, workers=2))
     assert "Started **pair**" in text and "2 worker processes" in text
     assert jobs.wait_until_done(settings.runs_root / "pair", timeout=240)

@@ -57,6 +57,17 @@ def test_function_api_needs_a_batch_that_divides_by_the_replicas():
         TrainConfig(devices=("cpu:0", "cpu:1", "cpu:2"), global_batch=64, api="function")
 
 
+@pytest.mark.parametrize("policy", ["file", "off"])
+def test_file_and_off_do_not_train_across_workers(policy):
+    # OFF: every worker reads all 640 examples, so TensorFlow's epoch is 20 steps, not 10.
+    with pytest.raises(DistcoreError, match=f"shard policy {policy.upper()} cannot train across 2 workers"):
+        TrainConfig(devices=("cpu:0",), workers=2, policy=policy, train_examples=640)
+    TrainConfig(devices=("cpu:0",), workers=2, policy=policy, api="function")  # the policy is not used there
+    TrainConfig(devices=("cpu:0", "cpu:1"), policy=policy)  # one process: nothing is divided between workers
+    for shared in ("auto", "data"):
+        TrainConfig(devices=("cpu:0",), workers=2, policy=shared)
+
+
 def test_steps_per_epoch_counts_the_partial_last_batch():
     config = TrainConfig(devices=CPUS2, global_batch=64, train_examples=1000)
     assert config.steps_per_epoch() == 16  # 15 full + 1 of 40

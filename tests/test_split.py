@@ -164,6 +164,24 @@ def test_cluster_notes_for_the_function_api_name_the_input_functions_sharding():
     assert "not used by distribute_datasets_from_function" in split.policy_note(plans[0])
 
 
+@pytest.mark.parametrize("policy", ["auto", "file"])
+def test_file_sharding_is_not_called_data_when_its_ids_happen_to_fit_each_global_batch(policy):
+    # `split --workers 2 --files 4 --examples 10 --global-batch 4` (files 0-1, 2-4, 5-6, 7-9):
+    # TensorFlow gave worker 0 files 0 and 2. Every id still lies in its step's window of 4.
+    plans = [worker_plan([[[0, 1]], [[5, 6]], [[]]], policy=policy, files=4),
+             worker_plan([[[2, 3]], [[4, 7]], [[8, 9]]], policy=policy, files=4)]
+    notes = " ".join(split.cluster_notes(plans))
+    assert "DATA" not in notes and "fell back" not in notes
+    assert "FILE sharding (worker 0: file(s) 0, 2; worker 1: file(s) 1, 3)" in notes
+
+
+def test_data_policy_with_files_is_data_sharding():
+    plans = [worker_plan([[[0, 1]], [[4, 5]], [[8]]], policy="data", files=4),
+             worker_plan([[[2, 3]], [[6, 7]], [[9]]], policy="data", files=4)]
+    notes = " ".join(split.cluster_notes(plans))
+    assert "that is DATA sharding" in notes and "FILE" not in notes and "fell back" not in notes
+
+
 def test_worker_policy_note_does_not_claim_the_data_was_divided():
     note = split.policy_note(worker_plan([[[0, 1]]], policy="off", files=2))
     assert "divides the data" not in note and "whether and how" in note
