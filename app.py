@@ -174,8 +174,9 @@ def devices_in_use(workers):
 # ---------------------------------------------------------------- split
 
 def show_split(settings: AppSettings, planner, source, toy_examples, train_examples,
-               global_batch, cpu_count, gpu_boxes, policy, api, drop_remainder, files, workers=1):
-    """Ask the planner how TF splits the dataset; return (figure or None, summary markdown)."""
+               global_batch, cpu_count, gpu_boxes, policy, api, drop_remainder, files, workers=1, seed=0):
+    """Ask the planner how TF splits the dataset; return (figure or None, summary markdown).
+    Fashion-MNIST's rows are shown in the order epoch 1 of a run with `seed` reads them."""
     try:
         # Fashion-MNIST has 60,000 training examples: the same check (and words) as Train's.
         examples = (check_int("N (toy dataset size)", toy_examples, high=MAX_SPLIT_EXAMPLES) if source == TOY
@@ -183,30 +184,35 @@ def show_split(settings: AppSettings, planner, source, toy_examples, train_examp
         global_batch = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
         files = check_int("source files", files, low=0, high=64)
         workers = check_int("worker processes", workers, high=MAX_WORKERS)
+        shuffle_seed = check_int("seed", seed if seed is not None else 0, low=0) if source == FASHION else None
         if workers > 1:
-            return split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files)
+            return split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files,
+                                    shuffle_seed)
         names = selected_devices(settings, cpu_count, gpu_boxes)
         cfg = SplitConfig(examples=examples, global_batch=global_batch, devices=names,
                           policy=policy, api=api, drop_remainder=bool(drop_remainder),
-                          files=files or 0)
+                          files=files or 0, shuffle_seed=shuffle_seed)
         if planner.max_replicas and cfg.replicas > planner.max_replicas:
             raise DistcoreError(f"the split planner handles at most {planner.max_replicas} replicas.")
         plan = planner.plan({"examples": cfg.examples, "global_batch": cfg.global_batch,
                              "replicas": cfg.replicas, "policy": cfg.policy, "api": cfg.api,
-                             "drop_remainder": cfg.drop_remainder, "files": cfg.files})
+                             "drop_remainder": cfg.drop_remainder, "files": cfg.files,
+                             "shuffle_seed": cfg.shuffle_seed})
     except DistcoreError as e:
         return None, error_md(e)
     plan = {**plan, "devices": list(names)}  # show the user's device names on the columns
     return plots.split_figure(plan), plots.split_summary(plan)
 
 
-def split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files):
+def split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files, shuffle_seed=None):
     """The plan as W real worker processes see it (a few seconds: each starts TensorFlow)."""
-    SplitConfig(examples=examples, global_batch=global_batch, devices=("cpu:0",), policy=policy,
-                api=api, drop_remainder=bool(drop_remainder), files=files or 0, workers=workers)
+    SplitConfig(examples=examples, global_batch=global_batch, devices=("cpu:0",), policy=policy, api=api,
+                drop_remainder=bool(drop_remainder), files=files or 0, workers=workers, shuffle_seed=shuffle_seed)
     args = ["split", "--workers", str(workers), "--examples", str(int(examples)), "--global-batch",
             str(int(global_batch)), "--policy", policy, "--api", api, "--files", str(int(files or 0))]
-    result = jobs.run_cli_json(args + (["--drop-remainder"] if drop_remainder else []), timeout=300)
+    args += ["--drop-remainder"] if drop_remainder else []
+    args += ["--shuffle-seed", str(shuffle_seed)] if shuffle_seed is not None else []
+    result = jobs.run_cli_json(args, timeout=300)
     plan = plots.combine_worker_plans(result)
     return plots.split_figure(plan), plots.split_summary(plan)
 
@@ -722,7 +728,8 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
     gr.Markdown("### The split: who gets which examples")
     with gr.Row():
         ui["source"] = gr.Radio([("Toy dataset of N ids (0 … N-1)", TOY),
-                                 ("Fashion-MNIST training examples (ids = row numbers)", FASHION)],
+                                 ("Fashion-MNIST training rows, in the order epoch 1 reads them (Seed)",
+                                  FASHION)],
                                 value=TOY, label="Dataset to split", scale=2)
         ui["toy_n"] = gr.Number(value=150, label="N (toy dataset size)", scale=1)
         ui["files"] = gr.Number(value=0, label="Source files (0 = in memory)",
@@ -738,7 +745,7 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
                          show_progress="hidden", queue=False)
     show.click(bind(show_split, settings, planner),
                [ui["source"], ui["toy_n"], ui["train_examples"], ui["batch"], ui["count"],
-                ui["boxes"], ui["policy"], ui["api"], ui["drop"], ui["files"], ui["workers"]],
+                ui["boxes"], ui["policy"], ui["api"], ui["drop"], ui["files"], ui["workers"], ui["seed"]],
                [ui["split_plot"], ui["split_text"]], concurrency_limit=4, api_name="show_split")
     return ui
 

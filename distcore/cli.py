@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dataset: experimental_distribute_dataset; function: distribute_datasets_from_function")
     p.add_argument("--drop-remainder", action="store_true", help="drop the last partial global batch")
     p.add_argument("--files", default="0", help="write the ids into F TFRecord files (0: in memory)")
+    p.add_argument("--shuffle-seed", help="also give Fashion-MNIST row numbers in the order epoch 1 of a "
+                   "training run with this --seed reads them")
     p.add_argument("--workers", default="1", help="run the plan on W worker processes (MultiWorkerMirroredStrategy)")
     p.add_argument("--multi-worker", action="store_true", help=argparse.SUPPRESS)  # one worker of --workers
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -166,14 +168,16 @@ def split_config(request: dict, names) -> SplitConfig:
     return SplitConfig(examples=request.get("examples"), global_batch=request.get("global_batch"),
                        devices=tuple(names), policy=request.get("policy", "auto"),
                        api=request.get("api", "dataset"), drop_remainder=request.get("drop_remainder", False),
-                       files=request.get("files", 0), workers=request.get("workers", 1))
+                       files=request.get("files", 0), workers=request.get("workers", 1),
+                       shuffle_seed=request.get("shuffle_seed"))
 
 
 def cmd_split(args) -> int:
     from . import inputs, split
 
     request = {"examples": args.examples, "global_batch": args.global_batch, "policy": args.policy,
-               "api": args.api, "drop_remainder": args.drop_remainder, "files": args.files}
+               "api": args.api, "drop_remainder": args.drop_remainder, "files": args.files,
+               "shuffle_seed": args.shuffle_seed}
     workers = check_int("workers", args.workers, high=16)
     if workers > 1:
         instead = (f"for {args.replicas} replicas on CPU use --workers {args.replicas}" if args.replicas
@@ -212,6 +216,8 @@ def refuse_device_flags(args, workers_flag: str, instead: str) -> None:
 def print_plan(plan: dict, prefix: str = "") -> None:
     for number, step in enumerate(plan["steps"], start=1):
         print(f"{prefix}step {number}: " + "  ".join(f"r{r}={ids}" for r, ids in enumerate(step)))
+        if plan.get("rows"):
+            print(f"{prefix}  rows: " + "  ".join(f"r{r}={ids}" for r, ids in enumerate(plan["rows"][number - 1])))
     for note in plan["notes"] + plan["tf_messages"]:
         print(f"{prefix}- {note}")
 
@@ -224,10 +230,12 @@ def split_on_workers(args, workers: int) -> int:
     from . import split
 
     split_config({"examples": args.examples, "global_batch": args.global_batch, "api": args.api,
-                  "policy": args.policy, "files": args.files, "workers": workers}, ("cpu:0",))  # check first
+                  "policy": args.policy, "files": args.files, "workers": workers,
+                  "shuffle_seed": args.shuffle_seed}, ("cpu:0",))  # check first
     argv = ["split", "--multi-worker", "--json", "--examples", str(args.examples), "--global-batch",
             str(args.global_batch), "--policy", args.policy, "--api", args.api, "--files", str(args.files)]
     argv += ["--drop-remainder"] if args.drop_remainder else []
+    argv += ["--shuffle-seed", str(args.shuffle_seed)] if args.shuffle_seed is not None else []
     with tempfile.TemporaryDirectory() as log_dir:
         outcome = cluster.launch(argv, workers, log_dir=Path(log_dir), timeout=300)
         outputs = [read_json_output(Path(log_dir) / f"worker-{i}.out") for i in range(workers)]

@@ -134,10 +134,14 @@ class SplitConfig:
     drop_remainder: bool = False
     files: int = 0  # 0: an in-memory dataset; F > 0: ids written to F TFRecord files
     workers: int = 1  # > 1: this is one worker's plan; `devices` are that worker's
+    shuffle_seed: int | None = None  # the ids are rows, read in training's epoch-1 order for this seed
 
     def __post_init__(self):
         set_ = object.__setattr__
         set_(self, "examples", check_int("examples", self.examples, high=MAX_SPLIT_EXAMPLES))
+        if self.shuffle_seed is not None:  # row numbers of Fashion-MNIST's training set
+            set_(self, "shuffle_seed", check_int("seed", self.shuffle_seed, low=0, high=2**31 - 1))
+            set_(self, "examples", check_int("train examples", self.examples, high=TRAIN_SIZE))
         set_(self, "global_batch", check_int("global batch size", self.global_batch, high=MAX_GLOBAL_BATCH))
         set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
         set_(self, "api", check_choice("input API", self.api, APIS))

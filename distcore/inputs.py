@@ -113,9 +113,13 @@ def in_memory(images: np.ndarray, labels: np.ndarray, *, seed: int | None = None
     """Examples from arrays; shuffled by a seed that depends on the epoch, so epoch k's
     order is the same whether or not the run was stopped and resumed in between."""
     ds = tf.data.Dataset.from_tensor_slices((images, labels))
-    if seed is not None:
-        ds = ds.shuffle(len(labels), seed=seed * 1009 + epoch, reshuffle_each_iteration=False)
-    return ds
+    return shuffled(ds, len(labels), seed, epoch) if seed is not None else ds
+
+
+def shuffled(ds: tf.data.Dataset, size: int, seed: int, epoch: int) -> tf.data.Dataset:
+    """Epoch `epoch`'s order under `seed`: one rule for arrays, TFRecords and the split
+    planner's row numbers, so the planner shows the rows training really reads."""
+    return ds.shuffle(size, seed=seed * 1009 + epoch, reshuffle_each_iteration=False)
 
 
 # --- The file-backed form: TFRecord shards, so FILE/AUTO sharding has files to split. ---
@@ -187,9 +191,7 @@ def from_records(files: list[str], *, seed: int | None = None, epoch: int = 0, l
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if limit is not None:
         ds = ds.take(limit)
-    if seed is not None:
-        ds = ds.shuffle(limit or 60_000, seed=seed * 1009 + epoch, reshuffle_each_iteration=False)
-    return ds
+    return shuffled(ds, limit or 60_000, seed, epoch) if seed is not None else ds
 
 
 def train_records(data, train_examples: int) -> list[str]:

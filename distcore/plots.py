@@ -73,17 +73,18 @@ def _step_label(step: int, row: list[list[int]], global_batch: int) -> str:
 def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     """Heatmap of global batches (rows) × replicas (columns), cells labelled with ids."""
     steps = plan.get("steps") or []
+    shown = plan.get("rows") or steps  # Fashion-MNIST rows in training's order, else the ids
     replicas = int(plan.get("replicas") or (len(steps[0]) if steps else 1))
     global_batch = int(plan.get("global_batch") or 0)
     devices = plan.get("devices") or []
     rows = shown_steps(len(steps), max_rows)
     z, text, hover, ylabels = [], [], [], []
     for s in rows:
-        row = list(steps[s]) + [[]] * (replicas - len(steps[s]))
+        row = list(shown[s]) + [[]] * (replicas - len(shown[s]))
         total = sum(len(ids) for ids in row)
         z.append([cell_kind(ids, total, global_batch) for ids in row])
-        text.append([format_ids(ids) for ids in row])
-        hover.append([f"{len(ids)} examples: {format_ids(ids, 200)}" for ids in row])
+        text.append([format_ids(sorted(ids)) for ids in row])  # a replica's batch as a set: easier to read
+        hover.append([f"{len(ids)} examples: {format_ids(sorted(ids), 200)}" for ids in row])
         ylabels.append(_step_label(s, row, global_batch))
     xlabels = [f"replica {r}" + (f"<br>{devices[r]}" if r < len(devices) else "")
                for r in range(replicas)]
@@ -111,13 +112,18 @@ def combine_worker_plans(result: dict) -> dict:
     global steps all workers take together."""
     plans = result["workers"]
     rows = max(len(p["steps"]) for p in plans)
-    steps = [[ids for p in plans for ids in (p["steps"][k] if k < len(p["steps"])
-                                             else [[] for _ in p["devices"]])]
-             for k in range(rows)]
+
+    def side_by_side(key):
+        return [[ids for p in plans for ids in (p[key][k] if k < len(p[key]) else [[] for _ in p["devices"]])]
+                for k in range(rows)]
+
     devices = [f"worker {w} · {d}" for w, p in enumerate(plans) for d in p["devices"]]
-    notes = list(result.get("notes") or []) + list(plans[0].get("notes") or [])[-1:]
-    return {**plans[0], "steps": steps, "devices": devices, "replicas": len(devices), "notes": notes,
-            "tf_messages": [m for p in plans for m in p.get("tf_messages") or []]}
+    notes = list(result.get("notes") or []) + split.rows_note(plans[0]) + list(plans[0].get("notes") or [])[-1:]
+    combined = {**plans[0], "steps": side_by_side("steps"), "devices": devices, "replicas": len(devices),
+                "notes": notes, "tf_messages": [m for p in plans for m in p.get("tf_messages") or []]}
+    if plans[0].get("rows"):
+        combined["rows"] = side_by_side("rows")
+    return combined
 
 
 def split_facts(plan: dict) -> list[str]:

@@ -74,8 +74,24 @@ def plan(config: SplitConfig, strategy=None, *, spent: list | None = None) -> di
         "plain_iterator": inputs.one_cpu_replica(strategy),
         "tf_messages": [line for line in captured() if any(k in line.lower() for k in _INTERESTING)],
     }
+    if config.shuffle_seed is not None:
+        order = row_order(config.examples, config.shuffle_seed)
+        result["rows"] = [[[order[i] for i in ids] for ids in step] for step in steps]
+        result["shuffle_seed"] = config.shuffle_seed
     result["notes"] = one_process_note(config.workers, result) + describe(result)
     return result
+
+
+def row_order(examples: int, seed: int) -> list[int]:
+    """The training set's row numbers in the order epoch 1 reads them (position -> row),
+    from the shuffle training itself runs. Batching and sharding see positions, not contents,
+    so position p of the plan is row order[p]."""
+    import tensorflow as tf
+
+    from . import inputs
+
+    ds = inputs.shuffled(tf.data.Dataset.range(examples), examples, seed, 0)
+    return next(iter(ds.batch(examples))).numpy().tolist()
 
 
 def per_replica_batch(api: str, global_batch: int, replicas: int, pieces: list[int] | None) -> int | None:
@@ -181,8 +197,15 @@ def describe(result: dict) -> list[str]:
     for steps, who in empty_replicas(piece_sizes(result)):
         who = "this worker's " + who.lower() if workers > 1 else who.lower()
         notes.append(f"{steps.capitalize()}: {who} got nothing (an empty batch, so it still joins the all-reduce).")
-    notes.append(policy_note(result))
-    return notes
+    return notes + rows_note(result) + [policy_note(result)]
+
+
+def rows_note(result: dict) -> list[str]:
+    if not result.get("rows"):
+        return []
+    return [f"The cells show Fashion-MNIST row numbers in the order training's epoch 1 reads them (shuffled "
+            f"with seed {result['shuffle_seed']}; each epoch has its own order). The notes count positions in "
+            "that order (0 = the first example read)."]
 
 
 def empty_replicas(sizes: list[list[int]]) -> list[tuple[str, str]]:

@@ -82,7 +82,7 @@ def test_batch_note(settings):
 def split(settings, planner, n, g, r, **kw):
     args = dict(source=app.TOY, toy_examples=n, train_examples=60000, global_batch=g,
                 cpu_count=r, gpu_boxes=[], policy="auto", api="dataset", drop_remainder=False,
-                files=0, workers=1)
+                files=0, workers=1, seed=0)
     args.update(kw)
     return app.show_split(settings, planner, *args.values())
 
@@ -255,6 +255,9 @@ def test_two_worker_processes_split_and_train(settings):
     fig, text = split(settings, None, 12, 4, 1, policy="data", files=2, workers=2)
     assert list(fig.data[0].text[0]) == ["0,1", "2,3"]  # step 1: worker 0 gets 0,1; worker 1 gets 2,3
     assert "worker 1 · cpu:0" in str(fig.data[0].x) and "DATA sharding" in text
+    fig, text = split(settings, None, 12, 4, 1, source=app.FASHION, train_examples=12, workers=2, seed=5)
+    assert list(fig.data[0].text[0]) != ["0,1", "2,3"] and "shuffled with seed 5" in text
+    assert "DATA sharding" in text  # read off the positions, which the shuffle leaves as they were
     lock = threading.Lock()
     text, _ = app.start_run(settings, lock, "apart", *form(max_steps=12, workers=2, policy="off"))
     assert is_error(text) and "shard policy OFF cannot train across 2 workers" in text
@@ -285,6 +288,16 @@ def test_setup_line_names_the_worker_processes():
     line = app.config_line({"model": "cnn", "global_batch": 64, "devices": ["cpu:0"], "workers": 2})
     assert "global batch 64 on 2 worker processes (cpu:0 each)" in line
     assert "global batch 64 on cpu:0, cpu:1 ·" in app.config_line({"global_batch": 64, "devices": ["cpu:0", "cpu:1"]})
+
+
+def test_fashion_rows_are_shown_in_the_order_training_reads_them(settings, planner):
+    fig, text = split(settings, planner, 6, 4, 2, source=app.FASHION, train_examples=8, seed=1)
+    cells = [c for row in fig.data[0].text for c in row]
+    assert cells != ["0,1", "2,3", "4,5", "6,7"]  # the shuffled rows, not positions
+    shown = sorted(int(i) for c in cells for i in c.replace("–", ",").split(","))
+    assert shown == list(range(8)) and "shuffled with seed 1" in text
+    again, _ = split(settings, planner, 6, 4, 2, source=app.FASHION, train_examples=8, seed=2)
+    assert list(again.data[0].text[0]) != list(fig.data[0].text[0])  # another seed, another order
 
 
 def test_show_split_refuses_more_fashion_examples_than_exist(settings, planner):

@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -41,6 +42,23 @@ def test_a_replica_empty_in_every_step_is_one_note_not_one_per_step():
     assert empty == ["Steps 1–20: replicas 2, 3 got nothing (an empty batch, so it still joins the all-reduce)."]
     assert split.empty_replicas([[1, 0], [1, 0], [1, 1], [0, 1], [0, 1], [1, 0]]) == [
         ("steps 1–2", "Replica 1"), ("steps 4–5", "Replica 0"), ("step 6", "Replica 1")]
+
+
+def test_fashion_rows_are_the_rows_training_reads_at_each_step(fmnist):
+    from distcore.config import TrainConfig
+    from distcore.controller import train_examples
+
+    result = plan(1000, 64, 2, shuffle_seed=3)
+    assert result["steps"][0] == [list(range(32)), list(range(32, 64))]  # positions, as before
+    rows = result["rows"]
+    assert sorted(i for step in rows for ids in step for i in ids) == list(range(1000))
+    assert rows[0][0] != list(range(32))  # shuffled
+    config = TrainConfig(devices=cpus(2), seed=3, train_examples=1000, global_batch=64)
+    images = [image for image, _ in train_examples(config, fmnist, 0, 0)().take(64).as_numpy_iterator()]
+    assert (np.array(images) == fmnist.train_images[rows[0][0] + rows[0][1]]).all()
+    assert "row numbers in the order training's epoch 1 reads them (shuffled with seed 3" in " ".join(result["notes"])
+    with pytest.raises(DistcoreError, match="train examples"):
+        SplitConfig(examples=60001, global_batch=64, devices=cpus(2), shuffle_seed=0)
 
 
 def test_drop_remainder_drops_the_partial_batch():
