@@ -305,6 +305,8 @@ def stop_run(settings: AppSettings, name) -> str:
             return error_md(f"run {name!r} is not training, so there is nothing to stop.")
     except DistcoreError as e:
         return error_md(e)
+    if (runs.read_status(run_dir) or {}).get("state") != "running":
+        return f"Stopping **{name}**: training has not begun, so it exits at step 0 with nothing to save."
     return f"Stopping **{name}**: it finishes the current step, saves a checkpoint and exits."
 
 
@@ -797,8 +799,9 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
     refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"],
                   api_name="refresh_runs")
     ui["run"].change(bind(run_view, settings), ui["run"], view, api_name="run_view")
-    # Another run followed: the previous run's exported files are no longer "this run".
-    ui["run"].change(lambda: (None, ""), None, [ui["files"], ui["export_msg"]], show_progress="hidden")
+    # Another run followed, or this one started again: its exported files are no longer "this run".
+    for changed in (ui["run"].change, start.click, resume.click):
+        changed(lambda: (None, ""), None, [ui["files"], ui["export_msg"]], show_progress="hidden")
     timer.tick(bind(poll_run, settings), [ui["run"], sig], [*view, sig],
                show_progress="hidden", concurrency_limit=8, api_name="poll_run")
     ui["labels"] = gr.State(None)  # per session: the run picker's labels (polled with Evaluate's, poll_lists)

@@ -193,7 +193,7 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     assert "start" in logs
     assert "Setup: cnn · adam · learning rate 0.001 · global batch 64 on cpu:0, cpu:1" in status
 
-    assert "Stopping **r1**" in app.stop_run(settings, "r1")
+    assert "Stopping **r1**: it finishes the current step, saves a checkpoint" in app.stop_run(settings, "r1")
     assert jobs.wait_until_done(settings.runs_root / "r1", timeout=120)
     status = app.run_view(settings, "r1")[0]
     assert "**stopped**" in status and "ckpt-" in status
@@ -227,6 +227,15 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     assert json.loads(config_path.read_text())["global_batch"] == 64
     rows = list(csv.DictReader(csv_path.open()))
     assert any(r["kind"] == "step" and r["step"] == str(step + 5) for r in rows)
+
+
+def test_a_stop_before_training_promises_no_checkpoint(settings):
+    text, _ = app.start_run(settings, threading.Lock(), "quick", *form())
+    assert "Started **quick**" in text
+    assert "training has not begun, so it exits at step 0 with nothing to save" in app.stop_run(settings, "quick")
+    assert jobs.wait_until_done(settings.runs_root / "quick", timeout=60)
+    assert runs.read_status(settings.runs_root / "quick")["state"] == "stopped"
+    assert runs.list_checkpoints(settings.runs_root / "quick") == []
 
 
 def test_resume_starts_a_run_with_no_checkpoint_from_0_and_refuses_a_finished_one(settings):
