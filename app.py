@@ -612,18 +612,20 @@ CSS = """
 .dc-error { color: #b42318; background: #fef3f2; border: 1px solid #fecdca;
             border-radius: 6px; padding: 8px 12px; }
 #dc-logs textarea { font-family: monospace; font-size: 12px; }
+/* Two test images a row on a phone: at five, a caption's predicted class was cut off. */
+@media (max-width: 640px) { #dc-gallery .grid-container { --grid-cols: 2 !important; } }
 """
 
 
-def device_inputs(settings: AppSettings, label_prefix: str = "", elem_id: str = "dc-devices"):
+def device_inputs(settings: AppSettings, purpose: str = "", elem_id: str = "dc-devices", interactive=True):
     """GPU/CPU checkboxes when GPUs exist, else a choice of logical CPU device count."""
     has_gpus = bool(settings.gpus)
     boxes = gr.CheckboxGroup(
-        choices=list(settings.gpus) + ["cpu:0"], value=list(settings.gpus),
-        label=f"{label_prefix}Devices (GPUs first)", visible=has_gpus, elem_id=f"{elem_id}-boxes")
+        choices=list(settings.gpus) + ["cpu:0"], value=list(settings.gpus), interactive=interactive,
+        label=f"Devices{purpose} (GPUs first)", visible=has_gpus, elem_id=f"{elem_id}-boxes")
     count = gr.Radio(
-        choices=list(range(1, settings.max_logical_cpus + 1)), value=2,
-        label=f"{label_prefix}Logical CPU devices (= replicas)",
+        choices=list(range(1, settings.max_logical_cpus + 1)), value=2, interactive=interactive,
+        label=f"Logical CPU devices{purpose} (= replicas)",
         info="No GPU here: the CPU is split into this many logical devices, one replica each.",
         visible=not has_gpus, elem_id=f"{elem_id}-count")
     return count, boxes
@@ -826,13 +828,17 @@ def _evaluate_tab(settings: AppSettings, bind) -> dict:
     ui["mode"] = gr.Radio([("No strategy (plain model)", NO_STRATEGY),
                            ("MirroredStrategy on these devices:", ON_DEVICES)],
                           value=NO_STRATEGY, label="Restore with")
-    ui["count"], ui["boxes"] = device_inputs(settings, "Evaluation ", "dc-eval-devices")
+    # Greyed out while "No strategy" is chosen: they are not used then.
+    ui["count"], ui["boxes"] = device_inputs(settings, " to evaluate on", "dc-eval-devices", interactive=False)
+    ui["mode"].change(lambda mode: [gr.update(interactive=mode == ON_DEVICES)] * 2, ui["mode"],
+                      [ui["count"], ui["boxes"]], show_progress="hidden", queue=False)
     go_button = gr.Button("Evaluate checkpoint", variant="primary")
     ui["result"] = gr.Markdown()
     ui["confusion"] = gr.Plot(label="Confusion matrix")
     # Full width, 5 across: a caption as long as "✗ T-shirt/top → Ankle boot" fits under its image.
     ui["gallery"] = gr.Gallery(label="Test images: ✓ true class, predicted correctly · ✗ true class → wrong "
-                                     "prediction", columns=5, height="auto", object_fit="contain")
+                                     "prediction", columns=5, height="auto", object_fit="contain",
+                                elem_id="dc-gallery")
     ui["run"].change(bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
     refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"]).then(
         bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])

@@ -162,7 +162,8 @@ class SplitConfig:
                 f"try {self.global_batch - self.global_batch % replicas or replicas}."
             )
         if self.files and self.files > self.examples:
-            raise DistcoreError(f"files ({self.files}) must be at most the number of examples ({self.examples}).")
+            raise DistcoreError(f"source files ({self.files}) must be at most the number of examples "
+                                f"({self.examples}): each file holds at least one id.")
         if -(-self.examples // self.global_batch) > MAX_SPLIT_STEPS:
             raise DistcoreError(
                 f"{self.examples} examples in batches of {self.global_batch} make "

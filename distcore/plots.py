@@ -94,12 +94,13 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
         hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
         colorscale=_CELL_COLOURS, zmin=0, zmax=2, showscale=False, xgap=3, ygap=3,
     ))
+    # Short: plotly does not wrap a title, and a phone is about 40 characters wide. The
+    # colour key is in split_summary's text, which wraps.
     title = f"{len(steps)} global batches of {global_batch} over {replicas} replicas"
     if len(rows) < len(steps):
-        title += f" (showing the first {max_rows // 2} and last {max_rows - max_rows // 2})"
+        title += f"<br><sup>showing the first {max_rows // 2} and last {max_rows - max_rows // 2} steps</sup>"
     fig.update_layout(
-        title={"text": title + "<br><sup>blue = piece of a full global batch, amber = piece of a partial one, "
-                       "grey = empty</sup>"},
+        title={"text": title, "font": {"size": 15}},
         yaxis={"autorange": "reversed", "type": "category"},
         xaxis={"side": "top", "type": "category"},
         height=170 + 48 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 110, "b": 10},
@@ -160,6 +161,7 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
         lines.append(" ".join(shown))
     else:
         lines.append("Every global batch is full and every replica got a piece of each.")
+    lines.append("\n*Cells: blue = piece of a full global batch, amber = piece of a partial one, grey = empty.*")
     notes = plan.get("notes") or []
     if notes:
         lines.append("\n**What distcore saw:**")
@@ -221,7 +223,7 @@ def loss_figure(metrics: list[dict]) -> go.Figure:
 def epoch_figure(metrics: list[dict]) -> go.Figure:
     """Train/test loss and accuracy per epoch, side by side."""
     epochs = epoch_records(metrics)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Loss per epoch", "Accuracy per epoch"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Loss", "Accuracy"))  # the panel says "per epoch"
     x = [m["epoch"] for m in epochs]
     series = [("train_loss", 1, "train loss", "#4a7fd4"), ("test_loss", 1, "test loss", "#e4572e"),
               ("train_accuracy", 2, "train accuracy", "#4a7fd4"),
@@ -232,7 +234,9 @@ def epoch_figure(metrics: list[dict]) -> go.Figure:
             line={"color": colour, "dash": "solid" if key.startswith("train") else "dash"},
         ), row=1, col=col)
     fig.update_xaxes(title_text="epoch", dtick=1)
-    fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    # The legend under the plots, not beside them: beside, it took 40% of a phone's width.
+    fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                      legend={"orientation": "h", "x": 0, "y": -0.25})
     return fig if epochs else _empty_note(fig, "no finished epoch yet", panels=2)
 
 
@@ -245,10 +249,10 @@ def confusion_figure(confusion: list[list[int]], class_names: list[str]) -> go.F
         hovertemplate="true %{y}<br>predicted %{x}<br>%{z} images<extra></extra>",
     ))
     fig.update_layout(
-        title="Confusion matrix (rows: true class, columns: predicted)",
+        title="Confusion matrix<br><sup>rows: true class, columns: predicted</sup>",
         xaxis={"title": "predicted", "type": "category"},
         yaxis={"title": "true", "type": "category", "autorange": "reversed"},
-        height=520, margin={"l": 10, "r": 10, "t": 60, "b": 10},
+        height=520, margin={"l": 10, "r": 10, "t": 70, "b": 10},
     )
     return fig
 

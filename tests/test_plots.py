@@ -143,8 +143,8 @@ def test_pieces_of_a_full_batch_that_does_not_divide_are_blue_and_named_in_the_h
              for k in (0, 64)]
     fig = plots.split_figure(plan(steps, 64))
     assert [list(r) for r in heatmap(fig).z] == [[plots.FULL] * 3] * 2
-    assert "amber = piece of a partial one" in fig.layout.title.text
     text = plots.split_summary(plan(steps, 64))
+    assert "amber = piece of a partial one" in text
     assert "(each full global batch split 22/22/20)" in text and "per-replica batch 21" not in text
     assert "Every global batch is full" in text
 
