@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
 import os
 import shutil
 import socket
@@ -678,6 +679,7 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
                             show_progress="hidden", concurrency_limit=8, api_name="poll_lists")
         demo.load(bind(_on_load, settings), None,
                   [train["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]], api_name="on_load")
+        _keep_setup_in_browser(demo, setup)
     demo.planner = planner  # so main() and tests can close it
     demo.settings = settings
     return demo
@@ -688,6 +690,44 @@ def _on_load(settings: AppSettings):
     follow = default_run(settings)
     latest = checkpoint_dropdown(settings, follow)
     return run_dropdown(settings, follow), run_dropdown(settings, follow), latest
+
+
+# The Setup fields a browser keeps across reloads and app restarts.
+KEPT_FIELDS = ("count", "boxes", "batch", "policy", "api", "drop", "workers", "model", "optimizer", "lr",
+               "seed", "epochs", "max_steps", "steps_per_loop", "ckpt_every", "train_examples",
+               "test_examples", "source", "toy_n", "files")
+
+
+def _keep_setup_in_browser(demo: gr.Blocks, setup: dict) -> None:
+    """Each browser keeps its Setup form in its own localStorage (gr.BrowserState), so a
+    reload, or the page reloading itself after an app restart, does not quietly put the
+    defaults back under the next Start. The values are settings, not secrets: a fixed key
+    lets them outlive a restart (BrowserState's default key is new at every start)."""
+    fields = [setup[k] for k in KEPT_FIELDS]
+    kept = gr.BrowserState({}, storage_key="distcore-setup", secret="distcore-setup-form")
+    # In the browser, not on the server: replies to one event per keystroke could land out of
+    # order and keep a value typed before the last one.
+    gr.on([f.input for f in fields], None, fields, kept, show_progress="hidden", queue=False,
+          js=f"(...values) => Object.fromEntries({json.dumps(KEPT_FIELDS)}.map((k, i) => [k, values[i]]))")
+    demo.load(form_restorer(dict(zip(KEPT_FIELDS, fields))), kept, fields, show_progress="hidden")
+
+
+def form_restorer(fields: dict):
+    """A function from the kept values to the fields' updates: a value this app would not
+    offer (another machine's device count, a choice since removed) keeps the default."""
+    allowed = {k: {v for _, v in f.choices} for k, f in fields.items() if getattr(f, "choices", None)}
+
+    def fits(key, value) -> bool:
+        if key not in allowed:
+            return value is None or isinstance(value, (int, float, bool))
+        if isinstance(value, list):
+            return set(value) <= allowed[key]
+        return isinstance(value, (str, int)) and value in allowed[key]
+
+    def restore(kept) -> list:
+        kept = kept if isinstance(kept, dict) else {}
+        return [kept[k] if k in kept and fits(k, kept[k]) else gr.skip() for k in fields]
+    return restore
 
 
 def _setup_tab(settings: AppSettings, planner, bind) -> dict:

@@ -293,6 +293,20 @@ def test_batch_note_counts_worker_processes(settings):
     assert app.devices_in_use(1)[0]["interactive"] is True
 
 
+def test_a_browser_gets_its_setup_back_but_not_values_this_app_does_not_offer():
+    import gradio as gr
+
+    fields = {"count": gr.Radio(choices=[1, 2, 3], value=2), "policy": gr.Radio(list(app.POLICY_CHOICES)),
+              "boxes": gr.CheckboxGroup(choices=["cpu:0"]), "epochs": gr.Number(value=1),
+              "drop": gr.Checkbox(value=False)}
+    restore = app.form_restorer(fields)
+    assert restore({"count": 3, "policy": "off", "boxes": ["cpu:0"], "epochs": 7, "drop": True}) == [
+        3, "off", ["cpu:0"], 7, True]
+    skip = gr.skip()
+    assert restore({"count": 9, "policy": "sometimes", "boxes": ["gpu:3"], "epochs": "x"}) == [skip] * 5
+    assert restore(None) == [skip] * 5  # nothing kept yet: the defaults stay
+
+
 def test_setup_line_names_the_worker_processes():
     line = app.config_line({"model": "cnn", "global_batch": 64, "devices": ["cpu:0"], "workers": 2})
     assert "global batch 64 on 2 worker processes (cpu:0 each)" in line

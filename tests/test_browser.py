@@ -102,6 +102,13 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     page.get_by_label("Test examples", exact=True).fill("500")
     page.get_by_label("Epochs", exact=True).fill("3")
     page.get_by_label("Steps per loop", exact=True).fill("5")
+    # A reload (or the page reloading itself after an app restart) keeps this browser's form.
+    page.get_by_label("Epochs", exact=True).press("Tab")
+    page.wait_for_timeout(1000)
+    page.reload()
+    expect(page.get_by_label("Epochs", exact=True)).to_have_value("3", timeout=30_000)
+    expect(page.get_by_label("Test examples", exact=True)).to_have_value("500")
+    expect(page.get_by_label("Steps per loop", exact=True)).to_have_value("5")
 
     page.get_by_role("button", name="Show split").click()
     expect(page.get_by_text("150 examples → 3 global batches of 64 on 2 replicas")).to_be_visible(
