@@ -134,7 +134,7 @@ def split_facts(plan: dict) -> list[str]:
     sizes = split.piece_sizes({"steps": steps})
     facts = [f"Step {s + 1} is partial ({sum(row)} of {global_batch} examples), split {split.slashed(row)}."
              for s, row in enumerate(sizes) if sum(row) < global_batch]
-    return facts + [f"{who} got nothing in {steps}." for steps, who in split.empty_replicas(sizes)]
+    return facts + [f"{who} got nothing in {which}." for which, who in split.empty_replicas(sizes)]
 
 
 def pieces_text(plan: dict) -> str:

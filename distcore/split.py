@@ -8,6 +8,7 @@ then puts the result into words (pure Python, no TensorFlow).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import tempfile
@@ -284,7 +285,8 @@ def sharding_notes(plans: list[dict], seen: list[list[int]]) -> list[str]:
                      + "; ".join(f"worker {w}: file(s) {id_ranges(f)}" for w, f in enumerate(read))
                      + "). A worker's steps come from its files only, so when its files run out its pieces "
                      "shrink or come empty.")
-    elif all(g * k <= i < g * (k + 1) for p in plans for k, step in enumerate(p["steps"]) for ids in step for i in ids):
+    elif all(g * k <= i < g * (k + 1)
+             for p in plans for k, step in enumerate(p["steps"]) for ids in step for i in ids):
         text = "Every worker took its piece of each global batch in turn: that is DATA sharding."
         if policy == "auto":
             text += (" AUTO found no input files to shard and fell back to DATA (TensorFlow 2.21 logs nothing "
@@ -303,7 +305,7 @@ def file_bounds(examples: int, files: int) -> list[int]:
 def files_read(examples: int, files: int, seen: list[list[int]]) -> list[list[int]]:
     """The files each worker received ids from."""
     bounds = file_bounds(examples, files)
-    return [sorted({f for i in ids for f in range(files) if bounds[f] <= i < bounds[f + 1]}) for ids in seen]
+    return [sorted({bisect.bisect_right(bounds, i) - 1 for i in ids}) for ids in seen]
 
 
 def cluster_steps(plans: list[dict]) -> list[list[int]]:
