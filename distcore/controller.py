@@ -39,8 +39,11 @@ def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
 def test_dataset(strategy, config: TrainConfig, data):
     n = config.test_examples
     make = lambda: inputs.in_memory(data.test_images[:n], data.test_labels[:n])  # noqa: E731
+    # Arrays in memory have no files: across workers FILE would be TensorFlow's error, and
+    # AUTO would fall back to DATA.
+    policy = "data" if config.policy == "file" else config.policy
     return inputs.distribute(strategy, make, global_batch=config.global_batch, api="dataset",
-                             policy=config.policy, drop_remainder=False)
+                             policy=policy, drop_remainder=False)
 
 
 def worker_scratch() -> Path:

@@ -107,6 +107,18 @@ def worker_pid(launcher_pid, index):
     raise AssertionError("worker not found")
 
 
+def test_file_and_off_train_across_workers_only_with_the_function_api(tmp_path):
+    refused = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "off"), "--policy", "off", timeout=60)
+    assert refused.returncode == 2 and "shard policy OFF cannot train across 2 workers" in refused.stderr
+    assert not (tmp_path / "off").exists()
+    # The function API shards in its own input function; the in-memory test set is not FILE-sharded.
+    done = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "fn"), "--policy", "file", "--api",
+               "function", "--train-examples", "640", "--test-examples", "300", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert runs.read_status(tmp_path / "fn")["state"] == "finished"
+    assert [r["step"] for r in runs.read_metrics(tmp_path / "fn") if "test_accuracy" in r][-1] == 10
+
+
 def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
