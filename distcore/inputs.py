@@ -118,8 +118,17 @@ def in_memory(images: np.ndarray, labels: np.ndarray, *, seed: int | None = None
 
 def shuffled(ds: tf.data.Dataset, size: int, seed: int, epoch: int) -> tf.data.Dataset:
     """Epoch `epoch`'s order under `seed`: one rule for arrays, TFRecords and the split
-    planner's row numbers, so the planner shows the rows training really reads."""
+    planner's row numbers, so the planner shows the rows training really reads. The order
+    also depends on TensorFlow's global seed, which seed_everything(seed) set first."""
     return ds.shuffle(size, seed=seed * 1009 + epoch, reshuffle_each_iteration=False)
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, NumPy's and TensorFlow's global seeds: the same initial weights on any device
+    set, and (with shuffled) the same order of examples."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
 
 
 # --- The file-backed form: TFRecord shards, so FILE/AUTO sharding has files to split. ---

@@ -31,7 +31,7 @@ class StepRunner:
     def __init__(self, strategy, config: TrainConfig):
         self.strategy = strategy
         self.config = config
-        keras.utils.set_random_seed(config.seed)  # same initial weights for any device set
+        inputs.seed_everything(config.seed)  # same initial weights (and order of examples) on any device set
         with strategy.scope():
             self.model = create_model(config.model, config.l2)
             self.optimizer = create_optimizer(config.optimizer, config.learning_rate)

@@ -44,19 +44,27 @@ def test_a_replica_empty_in_every_step_is_one_note_not_one_per_step():
         ("steps 1–2", "Replica 1"), ("steps 4–5", "Replica 0"), ("step 6", "Replica 1")]
 
 
-def test_fashion_rows_are_the_rows_training_reads_at_each_step(fmnist):
+def test_fashion_rows_are_the_rows_training_reads_at_each_step(fmnist, tmp_path, monkeypatch):
+    from distcore import controller
     from distcore.config import TrainConfig
-    from distcore.controller import train_examples
 
     result = plan(1000, 64, 2, shuffle_seed=3)
     assert result["steps"][0] == [list(range(32)), list(range(32, 64))]  # positions, as before
     rows = result["rows"]
     assert sorted(i for step in rows for ids in step for i in ids) == list(range(1000))
-    assert rows[0][0] != list(range(32))  # shuffled
-    config = TrainConfig(devices=cpus(2), seed=3, train_examples=1000, global_batch=64)
-    images = [image for image, _ in train_examples(config, fmnist, 0, 0)().take(64).as_numpy_iterator()]
-    assert (np.array(images) == fmnist.train_images[rows[0][0] + rows[0][1]]).all()
     assert "row numbers in the order training's epoch 1 reads them (shuffled with seed 3" in " ".join(result["notes"])
+
+    # What a real run reads: the examples each pipeline it builds starts with, as it builds it.
+    read, distribute = [], controller.inputs.distribute
+    def recording(strategy, make_examples, **kw):
+        read.append(np.array([image for image, _ in make_examples().take(64).as_numpy_iterator()]))
+        return distribute(strategy, make_examples, **kw)
+    monkeypatch.setattr(controller.inputs, "distribute", recording)
+    config = TrainConfig(devices=cpus(2), seed=3, train_examples=1000, test_examples=100, max_steps=1)
+    controller.Controller(config, tmp_path / "run").run()
+    trained = read[-1]  # the test set's pipeline is built first, the epoch's last
+    assert (trained == fmnist.train_images[rows[0][0] + rows[0][1]]).all()
+    assert not (trained == fmnist.train_images[:64]).all()  # shuffled
     with pytest.raises(DistcoreError, match="train examples"):
         SplitConfig(examples=60001, global_batch=64, devices=cpus(2), shuffle_seed=0)
 
