@@ -715,18 +715,23 @@ def _keep_setup_in_browser(demo: gr.Blocks, setup: dict) -> None:
 def form_restorer(fields: dict):
     """A function from the kept values to the fields' updates: a value this app would not
     offer (another machine's device count, a choice since removed) keeps the default."""
-    allowed = {k: {v for _, v in f.choices} for k, f in fields.items() if getattr(f, "choices", None)}
+    def fits(field, value) -> bool:
+        if isinstance(field, gr.Checkbox):
+            return isinstance(value, bool)
+        if isinstance(value, bool):  # True is an int to Python, not a device count or a rate
+            return False
+        if isinstance(field, gr.CheckboxGroup):
+            return isinstance(value, list) and all(v in allowed(field) for v in value)
+        if isinstance(field, gr.Radio):
+            return isinstance(value, (str, int)) and value in allowed(field)
+        return value is None or isinstance(value, (int, float))
 
-    def fits(key, value) -> bool:
-        if key not in allowed:
-            return value is None or isinstance(value, (int, float, bool))
-        if isinstance(value, list):
-            return set(value) <= allowed[key]
-        return isinstance(value, (str, int)) and value in allowed[key]
+    def allowed(field) -> list:
+        return [v for _, v in field.choices]
 
     def restore(kept) -> list:
         kept = kept if isinstance(kept, dict) else {}
-        return [kept[k] if k in kept and fits(k, kept[k]) else gr.skip() for k in fields]
+        return [kept[k] if k in kept and fits(fields[k], kept[k]) else gr.skip() for k in fields]
     return restore
 
 
@@ -815,7 +820,9 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
         resume = gr.Button("Resume", scale=1)
     ui["message"] = gr.Markdown()
     with gr.Row(equal_height=True):
-        ui["run"] = gr.Dropdown(choices=[], value=None, label="Run to follow", scale=4)
+        # allow_custom_value: after an app restart an open page's timer sends the run it shows,
+        # which the new server's (still empty) choices would refuse with an error popup.
+        ui["run"] = gr.Dropdown(choices=[], value=None, label="Run to follow", scale=4, allow_custom_value=True)
         refresh = gr.Button("↻ Refresh runs", scale=1)
     ui["status"] = gr.Markdown("No run selected yet.")
     ui["loss_plot"] = gr.Plot(label="Training loss per step")
@@ -858,8 +865,8 @@ def _evaluate_tab(settings: AppSettings, bind) -> dict:
     gr.Markdown("Restore a saved checkpoint, without a strategy or on a device set of your "
                 "choice, and evaluate it on the run's test set.")
     with gr.Row(equal_height=True):
-        ui["run"] = gr.Dropdown(choices=[], value=None, label="Run", scale=3)
-        # allow_custom_value: a timer tick can carry the previous run's checkpoint while the
+        ui["run"] = gr.Dropdown(choices=[], value=None, label="Run", scale=3, allow_custom_value=True)
+        # allow_custom_value (both): a timer tick can carry the previous run's checkpoint while the
         # choices already list the new run's, which Gradio would refuse with an error popup.
         # evaluate() checks the name itself.
         ui["checkpoint"] = gr.Dropdown(choices=[], value=None, label="Checkpoint", scale=2,

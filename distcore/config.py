@@ -161,6 +161,9 @@ class SplitConfig:
                 f"divide evenly by the number of replicas ({replicas}); "
                 f"try {self.global_batch - self.global_batch % replicas or replicas}."
             )
+        if self.files and self.shuffle_seed is not None:
+            raise DistcoreError("source files are for the toy dataset: the Fashion-MNIST rows show training's own "
+                                "split, which writes no files of ids; set source files to 0.")
         if self.files and self.files > self.examples:
             raise DistcoreError(f"source files ({self.files}) must be at most the number of examples "
                                 f"({self.examples}): each file holds at least one id.")
@@ -226,11 +229,14 @@ class TrainConfig:
         if self.workers > 1 and self.api == "dataset" and self.policy in ("file", "off"):
             why = ("every worker would read every example" if self.policy == "off"
                    else "each worker's own files would set how many steps it takes")
+            files = " --files 2" if self.policy == "file" else ""
             raise DistcoreError(
-                f"shard policy {self.policy.upper()} cannot train across {self.workers} workers: {why}, so an "
-                "epoch would no longer be the training set cut into global batches, which distcore's epochs, "
-                f"progress and exact resume count on. Train with AUTO or DATA; `split --workers {self.workers} "
-                f"--policy {self.policy}` shows what {self.policy.upper()} does."
+                f"shard policy {self.policy.upper()} cannot train across {self.workers} workers with "
+                f"experimental_distribute_dataset: {why}, so an epoch would no longer be the training set cut "
+                "into global batches, which distcore's epochs, progress and exact resume count on. Use AUTO or "
+                "DATA, or the function API (its input function shards the data itself). Show split with "
+                f"{self.workers} worker processes (or `split --workers {self.workers} --policy {self.policy}"
+                f"{files} --examples 12 --global-batch 4`) shows what {self.policy.upper()} does."
             )
         if self.api == "function" and self.global_batch % self.replicas:
             raise DistcoreError(

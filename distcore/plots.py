@@ -78,13 +78,17 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     global_batch = int(plan.get("global_batch") or 0)
     devices = plan.get("devices") or []
     rows = shown_steps(len(steps), max_rows)
+    # Plotly does not clip a cell's text: shuffled rows (no runs to shorten) spilt into the
+    # next cells at 8 replicas, or 3 on a phone. The hover has them all.
+    width = 22 if replicas <= 2 else 12 if replicas <= 4 else 9
     z, text, hover, ylabels = [], [], [], []
     for s in rows:
         row = list(shown[s]) + [[]] * (replicas - len(shown[s]))
         total = sum(len(ids) for ids in row)
         z.append([cell_kind(ids, total, global_batch) for ids in row])
-        text.append([format_ids(sorted(ids)) for ids in row])  # a replica's batch as a set: easier to read
-        hover.append([f"{len(ids)} examples: {format_ids(sorted(ids), 200)}" for ids in row])
+        text.append([format_ids(sorted(ids), width) for ids in row])  # a replica's batch as a set: easier to read
+        hover.append([f"{len(ids)} example{'' if len(ids) == 1 else 's'}: {format_ids(sorted(ids), 200)}"
+                      for ids in row])
         ylabels.append(_step_label(s, row, global_batch))
     xlabels = [f"replica {r}" + (f"<br>{devices[r]}" if r < len(devices) else "")
                for r in range(replicas)]

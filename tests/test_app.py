@@ -304,6 +304,8 @@ def test_a_browser_gets_its_setup_back_but_not_values_this_app_does_not_offer():
         3, "off", ["cpu:0"], 7, True]
     skip = gr.skip()
     assert restore({"count": 9, "policy": "sometimes", "boxes": ["gpu:3"], "epochs": "x"}) == [skip] * 5
+    # Edited storage: a bool is not a count or a number, a list not a radio choice, a number not a tick.
+    assert restore({"count": True, "policy": ["off"], "boxes": "cpu:0", "epochs": True, "drop": 1}) == [skip] * 5
     assert restore(None) == [skip] * 5  # nothing kept yet: the defaults stay
 
 

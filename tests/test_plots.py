@@ -54,6 +54,15 @@ def test_split_figure_shows_first_and_last_steps_of_long_plans():
     assert "showing the first 3 and last 3" in fig.layout.title.text
 
 
+def test_cells_of_many_replicas_keep_their_text_short():
+    # Shuffled rows have no runs to shorten: 8 of them in a cell would spill into the next one.
+    rows = [[[(r * 7919 + k * 104729) % 60000 for k in range(8)] for r in range(8)]]
+    fig = plots.split_figure({**plan(rows, 64), "rows": rows})
+    assert max(len(t) for t in heatmap(fig).text[0]) <= 11 and heatmap(fig).text[0][0].endswith(",…")
+    assert "8 examples: " in heatmap(fig).customdata[0][0]  # all of them on hover
+    assert "1 example: 5" in heatmap(plots.split_figure(plan([[[5], [6]]], 2))).customdata[0][0]
+
+
 def test_split_summary_says_what_happened():
     text = plots.split_summary(N6_G4_R2)
     assert "6 examples → 2 global batches of 4 on 2 replicas" in text

@@ -67,6 +67,8 @@ def test_fashion_rows_are_the_rows_training_reads_at_each_step(fmnist, tmp_path,
     assert not (trained == fmnist.train_images[:64]).all()  # shuffled
     with pytest.raises(DistcoreError, match="train examples"):
         SplitConfig(examples=60001, global_batch=64, devices=cpus(2), shuffle_seed=0)
+    with pytest.raises(DistcoreError, match="source files are for the toy dataset"):
+        SplitConfig(examples=400, global_batch=64, devices=cpus(2), shuffle_seed=0, files=2)
 
 
 def test_drop_remainder_drops_the_partial_batch():
