@@ -30,6 +30,8 @@ def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
         else:
             n = config.train_examples
             ds = inputs.in_memory(data.train_images[:n], data.train_labels[:n], seed=config.seed, epoch=epoch)
+        ds = inputs.whole_global_batches(ds, config.train_examples, config.global_batch, config.api,
+                                         config.drop_remainder)
         # Batches are contiguous slices of the shuffled order, so skipping k*G examples
         # before batching resumes exactly at global batch k.
         return ds.skip(skip_batches * config.global_batch) if skip_batches else ds

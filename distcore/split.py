@@ -125,8 +125,14 @@ def id_source(config: SplitConfig, tmp: Path):
     """
     import tensorflow as tf
 
+    from . import inputs
+
+    def whole(ds):  # as training's input does
+        return inputs.whole_global_batches(ds, config.examples, config.global_batch, config.api,
+                                           config.drop_remainder)
+
     if not config.files:
-        return lambda: tf.data.Dataset.range(config.examples)
+        return lambda: whole(tf.data.Dataset.range(config.examples))
     bounds = file_bounds(config.examples, config.files)
     names = []
     for f in range(config.files):
@@ -139,7 +145,7 @@ def id_source(config: SplitConfig, tmp: Path):
     def make():
         ds = tf.data.Dataset.from_tensor_slices(names)
         ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=1, deterministic=True)
-        return ds.map(lambda r: tf.strings.to_number(r, tf.int64))
+        return whole(ds.map(lambda r: tf.strings.to_number(r, tf.int64)))
 
     return make
 

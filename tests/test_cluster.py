@@ -19,9 +19,10 @@ def cli(*args, timeout=300):
                           text=True, timeout=timeout)
 
 
-def worker_split(policy, files, examples=12, batch=4):
+def worker_split(policy, files, examples=12, batch=4, api="dataset", drop=False):
     result = cli("split", "--workers", "2", "--files", str(files), "--examples", str(examples),
-                 "--global-batch", str(batch), "--policy", policy, "--json")
+                 "--global-batch", str(batch), "--policy", policy, "--api", api, "--json",
+                 *(["--drop-remainder"] if drop else []))
     return result, json.loads(result.stdout.splitlines()[-1])
 
 
@@ -112,11 +113,21 @@ def test_file_and_off_train_across_workers_only_with_the_function_api(tmp_path):
     assert refused.returncode == 2 and "shard policy OFF cannot train across 2 workers" in refused.stderr
     assert not (tmp_path / "off").exists()
     # The function API shards in its own input function; the in-memory test set is not FILE-sharded.
+    # 1983 examples: shards of 992 and 991, and drop_remainder still means 30 whole global batches
+    # of 64 (worker 0's shard held a 31st batch of its own, trained when a chunk ended past 30).
     done = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "fn"), "--policy", "file", "--api",
-               "function", "--train-examples", "640", "--test-examples", "300", "--json")
+               "function", "--drop-remainder", "--train-examples", "1983", "--test-examples", "300",
+               "--steps-per-loop", "7", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     assert runs.read_status(tmp_path / "fn")["state"] == "finished"
-    assert [r["step"] for r in runs.read_metrics(tmp_path / "fn") if "test_accuracy" in r][-1] == 10
+    steps = [r for r in runs.read_metrics(tmp_path / "fn") if "loss" in r]
+    assert [r["step"] for r in steps] == list(range(1, 31)) and {r["examples"] for r in steps} == {64}
+
+
+def test_function_api_drop_remainder_across_workers_drops_the_partial_global_batch():
+    result, out = worker_split("auto", files=0, examples=7, api="function", drop=True)
+    assert [w["steps"] for w in out["workers"]] == [[[[0, 2]]], [[[1, 3]]]]  # not [4, 6] against []
+    assert any("left out 3 of the 7" in n for n in out["notes"])
 
 
 def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
