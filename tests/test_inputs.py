@@ -40,3 +40,21 @@ def test_two_replicas_keep_the_distributed_split():
     strategy = devices.make_strategy(cpus(2))
     assert not inputs.one_cpu_replica(strategy)
     assert inputs.one_cpu_replica(devices.make_strategy(cpus(1)))
+
+
+def test_the_tfrecord_cache_belongs_to_the_data_it_was_written_from(tmp_path, monkeypatch):
+    # Two datasets of the same size: before, the second trained on the first one's records.
+    monkeypatch.setenv("DISTCORE_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(0)
+
+    class Data:
+        def __init__(self, images):
+            self.train_images, self.train_labels = images, np.arange(len(images), dtype=np.uint8) % 10
+
+    first = Data(rng.integers(0, 256, (40, 28, 28), dtype=np.uint8))
+    second = Data(255 - first.train_images)
+    read = [np.array([image for image, _ in inputs.from_records(inputs.train_records(d, 40)).as_numpy_iterator()])
+            for d in (first, second, Data(first.train_images.copy()))]
+    assert (read[0] == first.train_images).all() and (read[1] == second.train_images).all()
+    assert inputs.train_records(first, 40) == inputs.train_records(Data(first.train_images.copy()), 40)
+    assert len(list(tmp_path.iterdir())) == 2  # the same content is written once
