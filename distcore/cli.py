@@ -326,7 +326,10 @@ def cmd_train(args) -> int:
     # A resume is checked before this process claims the run, so a refusal leaves its status as it was.
     # It may change the number of worker processes (a cluster's run resumed by one process, or back).
     workers = cluster.current_task().workers if args.multi_worker else 1
-    resumed = runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers}) if args.resume else None
+    changes = {**train_flags(args), "workers": workers}
+    if args.multi_worker:  # not the saved run's devices times the workers; train_config checks this worker's own
+        changes["devices"] = ("cpu:0",)
+    resumed = runs.resume_config(args.run_dir, changes) if args.resume else None
     if args.resume and not args.multi_worker:  # (a cluster's launcher checked for its workers)
         jobs.check_not_training(args.run_dir)
     stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
@@ -355,12 +358,13 @@ def cmd_cluster(args) -> int:
     per_worker = check_int("replicas per worker", args.replicas_per_worker, high=16)
     # Refused here, before any worker starts (and before the GPU count, which takes seconds):
     # a worker refusing alone would fail the run. For the batch checks the replica count matters.
-    if args.resume:
-        runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers})
+    local = tuple(f"cpu:{i}" for i in range(per_worker))  # each worker's replicas (the count is what matters)
+    if args.resume:  # with this cluster's devices, not the saved run's (4 devices x 2 workers is not it)
+        runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers, "devices": local})
         jobs.check_not_training(args.run_dir)
     else:
         runs.check_new(args.run_dir)
-        TrainConfig(**train_flags(args), devices=tuple(f"cpu:{i}" for i in range(per_worker)), workers=workers)
+        TrainConfig(**train_flags(args), devices=local, workers=workers)
     gpus = physical_gpus_without_tf()
     if per_worker > 1 and gpus < workers * per_worker:
         raise DistcoreError(

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import ROOT, cpus
-from distcore import cli as distcore_cli, data, devices, runs
+from distcore import cli as distcore_cli, cluster, data, devices, runs
 
 SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
 
@@ -180,6 +180,23 @@ def test_the_cluster_launcher_refuses_what_its_workers_would_refuse_before_start
     assert result.returncode == 2 and "worker" not in result.stderr and "resume" not in result.stderr
     assert result.stderr.strip().endswith("the global batch (3) must divide evenly by the number of replicas (2).")
     assert not (tmp_path / "new").exists()
+
+
+def test_cluster_resume_checks_the_batch_against_the_clusters_replicas(finished_run, tmp_path):
+    # A 4-replica run with the function API: 2 workers of one replica are 2 replicas, not 4 x 2.
+    run_dir = tmp_path / "four"
+    shutil.copytree(finished_run, run_dir)
+    saved = runs.read_config(run_dir)
+    (run_dir / "config.json").write_text(json.dumps({**saved, "api": "function", "global_batch": 4,
+                                                     "train_examples": 40,  # still 10 steps: ckpt-10 ends it
+                                                     "devices": ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]}))
+    result = cli("cluster", "--workers", "2", "--run-dir", str(run_dir), "--resume")
+    assert result.returncode == 2 and "already finished at step 10" in result.stderr, result.stderr  # the next check
+    # A bare worker of such a cluster makes the same check before it connects.
+    env = {**os.environ, "TF_CONFIG": cluster.local_tf_configs(2)[0]}
+    worker = subprocess.run([sys.executable, "-m", "distcore", "train", "--multi-worker", "--resume", "--run-dir",
+                             str(run_dir)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert worker.returncode == 2 and "already finished at step 10" in worker.stderr, worker.stderr
 
 
 def test_a_clusters_run_resumes_in_one_process_and_evaluate_says_what_it_restored(finished_run, tmp_path):
