@@ -212,24 +212,29 @@ def rows_note(result: dict) -> list[str]:
     if not result.get("rows"):
         return []
     return [f"The cells show Fashion-MNIST row numbers in the order training's epoch 1 reads them (shuffled "
-            f"with seed {result['shuffle_seed']}; each epoch has its own order). The notes count positions in "
-            "that order (0 = the first example read)."]
+            f"with seed {result['shuffle_seed']}; each epoch has its own order), each cell's rows sorted. The "
+            "notes count positions in that order (0 = the first example read)."]
 
 
 def empty_replicas(sizes: list[list[int]]) -> list[tuple[str, str]]:
     """("steps 1–2000", "Replicas 2, 3") for each run of consecutive steps that left the same
     replicas empty: a batch of 2 on 4 replicas says so once, not in 2,000 notes."""
-    runs = []  # [first step, last step, who]
-    for number, row in enumerate(sizes, start=1):
-        empty = [str(r) for r, size in enumerate(row) if size == 0]
-        if not empty:
-            continue
-        who = "Replica " + empty[0] if len(empty) == 1 else "Replicas " + ", ".join(empty)
-        if runs and runs[-1][2] == who and runs[-1][1] == number - 1:
+    empty = [(number, [str(r) for r, size in enumerate(row) if size == 0]) for number, row in enumerate(sizes, 1)]
+    runs = step_runs([(number, ("Replica " if len(e) == 1 else "Replicas ") + ", ".join(e))
+                      for number, e in empty if e])
+    return [(f"step {a}" if a == b else f"steps {a}–{b}", who) for a, b, who in runs]
+
+
+def step_runs(facts: list[tuple[int, str]]) -> list[list]:
+    """(step, fact) pairs -> [first step, last step, fact], consecutive steps with the same
+    fact merged."""
+    runs = []
+    for number, fact in facts:
+        if runs and runs[-1][2] == fact and runs[-1][1] == number - 1:
             runs[-1][1] = number
         else:
-            runs.append([number, number, who])
-    return [(f"step {a}" if a == b else f"steps {a}–{b}", who) for a, b, who in runs]
+            runs.append([number, number, fact])
+    return runs
 
 
 def delivery_notes(result: dict) -> list[str]:
@@ -331,8 +336,9 @@ def cluster_step_notes(plans: list[dict]) -> list[str]:
     cuts = list(dict.fromkeys(slashed(s) for s in steps if sum(s) == g))
     notes = [f"Each full global batch of {g} was cut {' or '.join(cuts)} over the {len(steps[0])} replicas "
              "(worker 0's first)."] if cuts else []
-    notes += [f"Step {k} is a partial global batch ({sum(s)} of {g}), cut {slashed(s)}."
-              for k, s in enumerate(steps, start=1) if sum(s) < g]
+    partial = step_runs([(k, f"({sum(s)} of {g}), cut {slashed(s)}") for k, s in enumerate(steps, 1) if sum(s) < g])
+    notes += [f"Step {a} is a partial global batch {fact}." if a == b else
+              f"Steps {a}–{b} are partial global batches {fact}." for a, b, fact in partial]
     return notes
 
 
@@ -342,7 +348,8 @@ def dropped_note(plans: list[dict], seen: list[list[int]]) -> list[str]:
     missing = sorted(set(range(n)).difference(*seen))
     if not (plans[0]["drop_remainder"] and missing):
         return []
-    return [f"drop_remainder left out {len(missing)} of the {n} examples (ids {id_ranges(missing)}): no "
+    kind = "positions" if plans[0].get("rows") else "ids"  # with Fashion-MNIST rows, the notes count positions
+    return [f"drop_remainder left out {len(missing)} of the {n} examples ({kind} {id_ranges(missing)}): no "
             "worker received them, because they would have made a partial batch."]
 
 
@@ -394,7 +401,8 @@ def rebatch_note(result: dict) -> str:
     full = first_full(sizes, g)
     partial = [(n, s) for n, s in enumerate(sizes, start=1) if sum(s) < g]
     seen = [f"each full global batch became {slashed(full)}"] if full else []
-    seen += [f"the partial step {n} ({sum(s)} examples) became {slashed(s)}" for n, s in partial]
+    seen += [f"the partial step {n} ({sum(s)} example{'' if sum(s) == 1 else 's'}) became {slashed(s)}"
+             for n, s in partial]
     text = (f"Shard policy {policy}: in one process (one worker) no data is divided between workers, "
             "but the policy still decides how a global batch is cut into per-replica pieces. "
             f"Here {' and '.join(seen)}.")

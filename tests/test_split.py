@@ -257,6 +257,14 @@ def test_partial_steps_of_a_cluster_are_read_off_every_workers_pieces(policy):
     assert "Step 4: this worker's replica 0 got nothing" in " ".join(split.describe(plans[empty]))
 
 
+def test_a_run_of_partial_cluster_steps_is_one_note():
+    # FILE with one worker's files running out first: worker 1 gives empty pieces from step 3 on.
+    plans = [worker_plan([[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]]], policy="file", files=2),
+             worker_plan([[[8, 9]], [[10, 11]]], policy="file", files=2)]
+    partial = [n for n in split.cluster_notes(plans) if "partial" in n]
+    assert partial == ["Steps 3–4 are partial global batches (2 of 4), cut 2/0."]
+
+
 def test_one_id_over_two_workers_is_a_full_global_batch():
     # `--examples 1 --global-batch 1 --workers 2`: worker 0 got id 0; the notes said its share "is 0".
     plans = [worker_plan([[[0]]], global_batch=1, examples=1), worker_plan([[[]]], global_batch=1, examples=1)]
