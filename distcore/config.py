@@ -141,7 +141,7 @@ class SplitConfig:
         set_(self, "examples", check_int("examples", self.examples, high=MAX_SPLIT_EXAMPLES))
         if self.shuffle_seed is not None:  # row numbers of Fashion-MNIST's training set
             set_(self, "shuffle_seed", check_int("seed", self.shuffle_seed, low=0, high=2**31 - 1))
-            set_(self, "examples", check_int("train examples", self.examples, high=TRAIN_SIZE))
+            set_(self, "examples", check_int("examples (Fashion-MNIST training rows)", self.examples, high=TRAIN_SIZE))
         set_(self, "global_batch", check_int("global batch size", self.global_batch, high=MAX_GLOBAL_BATCH))
         set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
         set_(self, "api", check_choice("input API", self.api, APIS))
@@ -162,8 +162,8 @@ class SplitConfig:
                 f"try {self.global_batch - self.global_batch % replicas or replicas}."
             )
         if self.files and self.shuffle_seed is not None:
-            raise DistcoreError("source files are for the toy dataset: the Fashion-MNIST rows show training's own "
-                                "split, which writes no files of ids; set source files to 0.")
+            raise DistcoreError("source files (--files) are for the toy dataset: the Fashion-MNIST rows show "
+                                "training's own split, which writes no files of ids; set them to 0.")
         if self.files and self.files > self.examples:
             raise DistcoreError(f"source files ({self.files}) must be at most the number of examples "
                                 f"({self.examples}): each file holds at least one id.")
@@ -229,7 +229,7 @@ class TrainConfig:
         if self.workers > 1 and self.api == "dataset" and self.policy in ("file", "off"):
             why = ("every worker would read every example" if self.policy == "off"
                    else "each worker's own files would set how many steps it takes")
-            files = " --files 2" if self.policy == "file" else ""
+            files = f" --files {self.workers}" if self.policy == "file" else ""  # a file per worker at least
             raise DistcoreError(
                 f"shard policy {self.policy.upper()} cannot train across {self.workers} workers with "
                 f"experimental_distribute_dataset: {why}, so an epoch would no longer be the training set cut "

@@ -204,7 +204,7 @@ def describe(result: dict) -> list[str]:
             notes.append(f"Step {number} is a partial batch ({sum(sizes)} of {g}), split {slashed(sizes)}.")
     for steps, who in empty_replicas(piece_sizes(result)):
         who = "this worker's " + who.lower() if workers > 1 else who.lower()
-        notes.append(f"{steps.capitalize()}: {who} got nothing (an empty batch, so it still joins the all-reduce).")
+        notes.append(f"{steps.capitalize()}: {who} got nothing (an empty batch, which still joins the all-reduce).")
     return notes + rows_note(result) + [policy_note(result)]
 
 

@@ -10,7 +10,7 @@ DEBIAN_PACKAGES=("dataset-fashion-mnist" "$@")
 PYTHON="${PYTHON:-python3}"
 # The pinned numpy and keras need Python 3.11 or later: say so now, not halfway through pip.
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-  echo "setup: $PYTHON is $("$PYTHON" -V 2>&1 || echo missing); distcore needs Python 3.11 or later." \
+  echo "setup: $PYTHON is $("$PYTHON" -V 2>/dev/null || echo "missing"); distcore needs Python 3.11 or later." \
        "Install one and run again with PYTHON=python3.11 (or newer)." >&2
   exit 1
 fi

@@ -62,6 +62,9 @@ def test_file_and_off_do_not_train_across_workers(policy):
     # OFF: every worker reads all 640 examples, so TensorFlow's epoch is 20 steps, not 10.
     with pytest.raises(DistcoreError, match=f"shard policy {policy.upper()} cannot train across 2 workers"):
         TrainConfig(devices=("cpu:0",), workers=2, policy=policy, train_examples=640)
+    with pytest.raises(DistcoreError, match=f"split --workers 3 --policy {policy}"
+                                            + (" --files 3 " if policy == "file" else " --examples")):
+        TrainConfig(devices=("cpu:0",), workers=3, policy=policy, global_batch=63)  # a file per worker, at least
     TrainConfig(devices=("cpu:0",), workers=2, policy=policy, api="function")  # the policy is not used there
     TrainConfig(devices=("cpu:0", "cpu:1"), policy=policy)  # one process: nothing is divided between workers
     for shared in ("auto", "data"):

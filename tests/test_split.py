@@ -39,7 +39,7 @@ def test_a_replica_empty_in_every_step_is_one_note_not_one_per_step():
     # A global batch of 2 on 4 replicas: replicas 2 and 3 get nothing in each of the 20 steps.
     notes = plan(40, 2, 4)["notes"]
     empty = [n for n in notes if "got nothing" in n]
-    assert empty == ["Steps 1–20: replicas 2, 3 got nothing (an empty batch, so it still joins the all-reduce)."]
+    assert empty == ["Steps 1–20: replicas 2, 3 got nothing (an empty batch, which still joins the all-reduce)."]
     assert split.empty_replicas([[1, 0], [1, 0], [1, 1], [0, 1], [0, 1], [1, 0]]) == [
         ("steps 1–2", "Replica 1"), ("steps 4–5", "Replica 0"), ("step 6", "Replica 1")]
 
@@ -65,9 +65,9 @@ def test_fashion_rows_are_the_rows_training_reads_at_each_step(fmnist, tmp_path,
     trained = read[-1]  # the test set's pipeline is built first, the epoch's last
     assert (trained == fmnist.train_images[rows[0][0] + rows[0][1]]).all()
     assert not (trained == fmnist.train_images[:64]).all()  # shuffled
-    with pytest.raises(DistcoreError, match="train examples"):
+    with pytest.raises(DistcoreError, match="Fashion-MNIST training rows"):
         SplitConfig(examples=60001, global_batch=64, devices=cpus(2), shuffle_seed=0)
-    with pytest.raises(DistcoreError, match="source files are for the toy dataset"):
+    with pytest.raises(DistcoreError, match="are for the toy dataset"):
         SplitConfig(examples=400, global_batch=64, devices=cpus(2), shuffle_seed=0, files=2)
 
 
