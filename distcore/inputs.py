@@ -120,7 +120,7 @@ def in_memory(images: np.ndarray, labels: np.ndarray, *, seed: int | None = None
 def shuffled(ds: tf.data.Dataset, size: int, seed: int, epoch: int) -> tf.data.Dataset:
     """Epoch `epoch`'s order under `seed`: one rule for arrays, TFRecords and the split
     planner's row numbers, so the planner shows the rows training really reads. The order
-    also depends on TensorFlow's global seed, which seed_everything(seed) set first."""
+    also depends on TensorFlow's global seed, which training sets first (seed_everything)."""
     return ds.shuffle(size, seed=seed * 1009 + epoch, reshuffle_each_iteration=False)
 
 
