@@ -26,7 +26,7 @@ def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None) ->
     strategy = devices.make_strategy(device_names)
     data = data_lib.load(data_dir)
     images, labels = inputs.normalize(data.test_images[:global_batch], data.test_labels[:global_batch])
-    keras.utils.set_random_seed(seed)
+    inputs.seed_everything(seed)  # the initial weights of a training run with this seed
     with strategy.scope():
         model = create_model("cnn")
         mean_metric = keras.metrics.Mean()

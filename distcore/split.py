@@ -199,10 +199,11 @@ def describe(result: dict) -> list[str]:
     if g % replicas and result["api"] == "dataset":
         notes.append(f"A global batch of {g} does not divide evenly over {replicas} replicas: piece sizes differ.")
     notes += delivery_notes(result)
-    for number, sizes in enumerate(piece_sizes(result), start=1):
+    steps_sizes = piece_sizes(result)
+    for number, sizes in enumerate(steps_sizes, start=1):
         if workers == 1 and sum(sizes) < g:
             notes.append(f"Step {number} is a partial batch ({sum(sizes)} of {g}), split {slashed(sizes)}.")
-    for steps, who in empty_replicas(piece_sizes(result)):
+    for steps, who in empty_replicas(steps_sizes):
         who = "this worker's " + who.lower() if workers > 1 else who.lower()
         notes.append(f"{steps.capitalize()}: {who} got nothing (an empty batch, which still joins the all-reduce).")
     return notes + rows_note(result) + [policy_note(result)]

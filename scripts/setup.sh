@@ -9,7 +9,9 @@ shift || true
 DEBIAN_PACKAGES=("dataset-fashion-mnist" "$@")
 PYTHON="${PYTHON:-python3}"
 # The pinned numpy and keras need Python 3.11 or later: say so now, not halfway through pip.
-if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+# Only $PYTHON's job is to make .venv: once it exists (made with PYTHON=python3.12, say), a
+# plain re-run must not trip over an older python3.
+if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
   echo "setup: $PYTHON is $("$PYTHON" -V 2>/dev/null || echo "missing"); distcore needs Python 3.11 or later." \
        "Install one and run again with PYTHON=python3.11 (or newer)." >&2
   exit 1
