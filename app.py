@@ -377,9 +377,49 @@ def check_same_setup(name: str, saved: TrainConfig, wanted: TrainConfig) -> None
                            f"{shown(k, getattr(wanted, k))})" for k in differ)
         raise DistcoreError(
             f"Setup differs from run {name} in {listed}, and its checkpoints were trained with the run's "
-            f"values. To resume {name}, set these back in 1 · Setup & split; to train with them, start a new "
-            "run. A resume may change only epochs, max steps, steps per loop, checkpoint interval, devices "
-            "and worker processes.")
+            f"values. To resume {name}, set these back in 1 · Setup & split (the button "
+            "'Use its settings in Setup' copies the run's); to train with them, start a new run. A resume "
+            "may change only epochs, max steps, steps per loop, checkpoint interval, devices and worker processes.")
+
+
+def form_devices(settings: AppSettings, devices) -> tuple:
+    """(count, boxes) updates that select a run's devices, or (None, None) when this app
+    cannot offer them (a run on GPUs this machine lacks, more logical CPUs than it allows)."""
+    devices = list(devices or ())
+    if settings.gpus:
+        offered = [*settings.gpus, "cpu:0"]
+        return (gr.skip(), devices) if devices and all(d in offered for d in devices) else (None, None)
+    if devices == [f"cpu:{i}" for i in range(len(devices))] and 0 < len(devices) <= settings.max_logical_cpus:
+        return len(devices), gr.skip()
+    return None, None
+
+
+def load_run_settings(settings: AppSettings, name):
+    """The "Use this run's settings" button: (message, the Setup form's fields in _train_form
+    order) filled in from the run's config.json, so that Resume is not refused for a field that
+    differs, and a new run can start from a copy. Without it the form had to be set by hand."""
+    keep = [gr.skip()] * 17
+    try:
+        run_dir = run_dir_of(settings, name)
+        saved = runs.read_json(run_dir / "config.json")
+        if not saved:
+            raise DistcoreError(f"run {name!r} has no saved settings: it stopped before it began training.")
+        cfg = TrainConfig.from_dict(saved)
+    except (DistcoreError, ValueError, TypeError) as e:
+        return error_md(e), *keep
+    count, boxes = form_devices(settings, cfg.devices) if cfg.workers == 1 else (gr.skip(), gr.skip())
+    notes = [] if count is not None else [f"its devices ({shown('devices', cfg.devices)}) are not offered here, "
+                                          "so the device choice is unchanged"]
+    if cfg.l2:
+        notes.append(f"its L2 weight ({cfg.l2}) has no field here; Resume keeps it, a new run trains without it")
+    values = [gr.skip() if count is None else count, gr.skip() if boxes is None else boxes, cfg.global_batch,
+              cfg.policy, cfg.api, cfg.model, cfg.optimizer, cfg.learning_rate, cfg.epochs, cfg.max_steps,
+              cfg.steps_per_loop, cfg.checkpoint_every, cfg.seed, cfg.train_examples, cfg.test_examples,
+              cfg.drop_remainder, cfg.workers]
+    extra = f" Note: {'; '.join(notes)}." if notes else ""
+    return (f"**1 · Setup & split** now holds run **{run_dir.name}**'s settings. Raise Epochs or Max steps "
+            f"there and press **Resume** to continue it, or give a new name and **Start training** for a copy."
+            f"{extra}", *values)
 
 
 def shown(field: str, value) -> str:
@@ -758,7 +798,11 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
                             show_progress="hidden", concurrency_limit=8, api_name="poll_lists")
         demo.load(bind(_on_load, settings), None,
                   [train["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]], api_name="on_load")
-        _keep_setup_in_browser(demo, setup)
+        keep = _keep_setup_in_browser(demo, setup)
+        # A form filled in from a run is kept too (.input events fire for typing only).
+        train["use_settings"].click(bind(load_run_settings, settings), train["run"],
+                                    [train["message"], *_train_form(setup)], api_name="use_run_settings"
+                                    ).then(**keep)
     demo.planner = planner  # so main() and tests can close it
     demo.settings = settings
     return demo
@@ -777,18 +821,21 @@ KEPT_FIELDS = ("count", "boxes", "batch", "policy", "api", "drop", "workers", "m
                "test_examples", "source", "toy_n", "files")
 
 
-def _keep_setup_in_browser(demo: gr.Blocks, setup: dict) -> None:
+def _keep_setup_in_browser(demo: gr.Blocks, setup: dict) -> dict:
     """Each browser keeps its Setup form in its own localStorage (gr.BrowserState), so a
     reload, or the page reloading itself after an app restart, does not quietly put the
     defaults back under the next Start. The values are settings, not secrets: a fixed key
-    lets them outlive a restart (BrowserState's default key is new at every start)."""
+    lets them outlive a restart (BrowserState's default key is new at every start). Returns the
+    keeping event's arguments, for other events that fill in the form."""
     fields = [setup[k] for k in KEPT_FIELDS]
     kept = gr.BrowserState({}, storage_key="distcore-setup", secret="distcore-setup-form")
     # In the browser, not on the server: replies to one event per keystroke could land out of
     # order and keep a value typed before the last one.
-    gr.on([f.input for f in fields], None, fields, kept, show_progress="hidden", queue=False,
-          js=f"(...values) => Object.fromEntries({json.dumps(KEPT_FIELDS)}.map((k, i) => [k, values[i]]))")
+    keep = dict(fn=None, inputs=fields, outputs=kept, show_progress="hidden", queue=False,
+                js=f"(...values) => Object.fromEntries({json.dumps(KEPT_FIELDS)}.map((k, i) => [k, values[i]]))")
+    gr.on([f.input for f in fields], **keep)
     demo.load(form_restorer(dict(zip(KEPT_FIELDS, fields))), kept, fields, show_progress="hidden")
+    return keep
 
 
 def form_restorer(fields: dict):
@@ -893,7 +940,8 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
                 "(with worker processes, once they agree: at most one loop later) and saves a checkpoint; "
                 "**Resume** continues the selected run from its latest checkpoint with the epochs, max "
                 "steps (0 = no limit), steps per loop, checkpoint interval, devices and worker processes "
-                "set in **1 · Setup & split**; its other fields there must match the run's.")
+                "set in **1 · Setup & split**; its other fields there must match the run's "
+                "(**Use its settings in Setup** copies them from the run).")
     with gr.Row():
         ui["name"] = gr.Textbox(label="New run name", placeholder="empty = run-DATE-TIME",
                                 info="letters, digits, _ . - only", scale=2)
@@ -906,6 +954,7 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
         # which the new server's (still empty) choices would refuse with an error popup.
         ui["run"] = gr.Dropdown(choices=[], value=None, label="Run to follow", scale=4, allow_custom_value=True)
         refresh = gr.Button("↻ Refresh runs", scale=1)
+        ui["use_settings"] = gr.Button("Use its settings in Setup", scale=1)
     ui["status"] = gr.Markdown("No run selected yet.")
     ui["loss_plot"] = gr.Plot(label="Training loss per step")
     ui["epoch_plot"] = gr.Plot(label="Per-epoch loss and accuracy")

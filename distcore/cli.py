@@ -338,7 +338,7 @@ def cmd_train(args) -> int:
     if args.resume and not args.multi_worker:  # (a cluster's launcher checked for its workers)
         jobs.check_not_training(args.run_dir)
     stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
-    stop.announce(args.resume)
+    stop.announce(args.resume, resumed.total_steps() if resumed else None)
     try:
         from . import controller
 

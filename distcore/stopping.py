@@ -57,14 +57,17 @@ class StopFlag:
             signal.signal(sig, self.set)
         return self
 
-    def announce(self, resume: bool) -> None:
+    def announce(self, resume: bool, total_steps: int | None = None) -> None:
         """Write a 'starting' status naming this process, so it can be stopped from now on
-        (not over another run's status: a new run into a used directory is refused later)."""
+        (not over another run's status: a new run into a used directory is refused later).
+        A resume keeps the step it resumes from, with its own total: the previous process's
+        total read "starting · step 938 / 938" under a full bar until training began."""
         if self.run_dir is None or not self.run_dir.is_dir():
             return
         if resume or not (self.run_dir / "config.json").exists():
             status = runs.read_status(self.run_dir) or {}
-            write_status(self.run_dir, {**status, "state": "starting", "pid": os.getpid(), "message": ""})
+            write_status(self.run_dir, {**status, "state": "starting", "pid": os.getpid(), "message": "",
+                                        "total_steps": total_steps})
 
     def failed(self, message: str) -> None:
         """The set-up failed before training began: say so where the app looks."""

@@ -653,3 +653,26 @@ def test_wording_stop_point_replica_counts_and_worker_notes(settings):
     assert "Show split then takes 10-20 s" in workers.info and "a few seconds" not in workers.info
     train_text = " ".join(b.value for b in demo.blocks.values() if isinstance(b, gr.Markdown) and b.value)
     assert "finishes the current step" not in train_text and "end of the current loop" in train_text
+
+
+def test_a_runs_settings_fill_in_the_form_and_resume_with_them(settings, launches):
+    saved_run(settings.runs_root, "src", 94, devices=("cpu:0", "cpu:1", "cpu:2"), global_batch=96, model="mlp",
+              optimizer="sgd", learning_rate=0.05, seed=7, train_examples=6000, test_examples=500,
+              steps_per_loop=5, checkpoint_every=30, policy="data", drop_remainder=True, l2=0.001)
+    message, *values = app.load_run_settings(settings, "src")
+    assert values == [3, gr.skip(), 96, "data", "dataset", "mlp", "sgd", 0.05, 1, 0, 5, 30, 7, 6000, 500, True, 1]
+    assert "now holds run **src**'s settings" in message and "L2 weight (0.001)" in message
+    values[8] = 2  # Epochs raised there: Resume takes the form as it now is
+    text, _ = app.resume_run(settings, threading.Lock(), "src", *values)
+    assert "Resuming **src** from ckpt-94, with epochs 1 → 2" in text and launches[-1][0] == "src"
+    # Devices this app does not offer are left as they are, and the message says so.
+    saved_run(settings.runs_root, "gpus", 10, devices=("gpu:0", "gpu:1"))
+    message, count, boxes, *_ = app.load_run_settings(settings, "gpus")
+    assert (count, boxes) == (gr.skip(), gr.skip()) and "devices (gpu:0,gpu:1) are not offered here" in message
+    on_gpus = app.make_settings(settings.runs_root, max_jobs=1, devices_info={**CPU_ONLY, "gpus": ["gpu:0", "gpu:1"]})
+    assert list(app.load_run_settings(on_gpus, "gpus")[1:3]) == [gr.skip(), ["gpu:0", "gpu:1"]]
+    # A run with no config.json yet, and no run at all: a message, and the form stays.
+    stopped_before_training(settings.runs_root, "early")
+    for name in ("early", None):
+        message, *values = app.load_run_settings(settings, name)
+        assert is_error(message) and values == [gr.skip()] * 17

@@ -4,6 +4,7 @@ Choose two devices, show a split, start a short training, watch the loss plot
 gain points, stop it, evaluate the checkpoint and read its accuracy.
 Screenshots go to tmp_path and /tmp/distcore-screens/.
 """
+import json
 import os
 import re
 import shutil
@@ -188,3 +189,25 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
             .map(el => el.className)""")
         assert boxed == [], f"at {width} px the gallery scrolls inside {boxed}"
     page.set_viewport_size({"width": 1280, "height": 1000})
+
+
+def test_a_runs_settings_fill_in_setup_and_outlive_a_reload(server, page, tmp_path):
+    from distcore.config import TrainConfig
+
+    run = tmp_path / "runs" / "saved"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(TrainConfig(devices=("cpu:0", "cpu:1", "cpu:2"), global_batch=96,
+                                                 epochs=2, train_examples=6000, seed=7).to_dict()))
+    page.goto(server)
+    page.get_by_role("tab", name="2 · Train").click()
+    expect(page.get_by_role("combobox", name="Run to follow")).to_have_value(re.compile("^saved "), timeout=30_000)
+    page.get_by_role("button", name="Use its settings in Setup").click()
+    expect(page.get_by_text("now holds run saved's settings")).to_be_visible(timeout=30_000)
+    page.wait_for_timeout(1000)
+    page.reload()  # kept in this browser, as typed values are
+    page.get_by_role("tab", name="1 · Setup & split").click()
+    expect(page.get_by_label("Global batch size")).to_have_value("96", timeout=30_000)
+    for label, value in (("Epochs", "2"), ("Training examples", "6000"), ("Seed", "7")):
+        expect(page.get_by_label(label, exact=True)).to_have_value(value)
+    expect(page.locator("#dc-devices-count").get_by_label("3", exact=True)).to_be_checked()
+    expect(page.get_by_text("Per-replica batch: 32")).to_be_visible()

@@ -140,7 +140,14 @@ def test_stop_checkpoints_and_resume_continues(tmp_path):
     assert 10 <= stop_step < 938
 
     jobs.start_training(tmp_path, "long", ["--max-steps", str(stop_step + 10)], resume=True)
-    assert jobs.wait_until_done(run_dir, timeout=180)
+    # From its first status on, the resumed process shows its own total (it showed 938 / 938 while starting).
+    shown = []
+    while jobs.is_active(run_dir):
+        p = jobs.job_progress(run_dir)
+        if p.state in ("starting", "running"):
+            shown.append((p.state, p.total_steps))
+        time.sleep(0.05)
+    assert shown and shown[0][0] == "starting" and {total for _, total in shown} == {stop_step + 10}
     resumed = jobs.job_progress(run_dir)
     assert resumed.state == "finished"
     assert resumed.step == stop_step + 10
