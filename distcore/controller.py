@@ -139,6 +139,8 @@ class Controller:
             raise self.cluster_failure(err) from None
         problem = cluster.disagreement(fields, rows.tolist(), replicas_per_worker=len(self.config.devices))
         if problem:
+            if self.task.is_chief and not resume:  # nothing trained: the same commands, flags fixed, start it
+                (self.run_dir / "config.json").unlink(missing_ok=True)  # (it was "already holds a run")
             raise DistcoreError(f"worker {self.task.index}: {problem}")
 
     def cluster_failure(self, err: tf.errors.OpError) -> DistcoreError:

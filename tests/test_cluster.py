@@ -339,6 +339,7 @@ def test_bare_workers_given_different_flags_stop_before_training_and_say_what_di
     status = runs.read_status(run_dir)
     assert status["state"] == "failed" and differ in status["message"] and status["step"] == 0
     assert [r for r in runs.read_metrics(run_dir) if "loss" in r] == []
+    runs.check_new(run_dir)  # the same commands with the flags fixed start it: it held "a run" before
 
 
 def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_run_resumes(tmp_path):
