@@ -734,6 +734,10 @@ CSS = """
    The cells keep their colours, and a tap shows a cell's ids. */
 @media (max-width: 640px) {
   #dc-split:has(.xaxislayer-above > .xtick:nth-of-type(5)) .heatmap-label { display: none; } }
+/* Nor for a replica's device under its name, once plotly turns the names upright: the two
+   lines of each ran into the next replica's. The hover names the device. */
+@media (max-width: 640px) {
+  #dc-split:has(.xaxislayer-above > .xtick:nth-of-type(5)) .xtick tspan.line + tspan.line { display: none; } }
 """
 
 
@@ -911,7 +915,8 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
         ui["files"] = gr.Number(value=0, label="Source files (0 = in memory)",
                                 info="FILE sharding needs files", scale=1)
     show = gr.Button("Show split", variant="primary")
-    ui["split_plot"] = gr.Plot(label="Global batches × replicas", elem_id="dc-split")
+    # No label: the figure's title says what it shows, where Gradio's label covered its start.
+    ui["split_plot"] = gr.Plot(label="Global batches × replicas", show_label=False, elem_id="dc-split")
     ui["split_text"] = gr.Markdown()
     note_inputs = [ui["batch"], ui["count"], ui["boxes"], ui["workers"]]
     for comp in note_inputs:

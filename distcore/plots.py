@@ -108,10 +108,13 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     if len(rows) < len(steps):
         title += f"<br><sup>showing the first {max_rows // 2} and last {max_rows - max_rows // 2} steps</sup>"
     fig.update_layout(
-        title={"text": title, "font": {"size": 15}},
+        # At the top: plotly turns 5+ replicas' labels upright on a phone, and they reached up
+        # into a title placed in the middle of the margin.
+        title={"text": title, "font": {"size": 15}, "yref": "container", "y": 1, "yanchor": "top",
+               "pad": {"t": 10 if len(rows) == len(steps) else 30}},  # (plotly anchors a second line's)
         yaxis={"autorange": "reversed", "type": "category"},
         xaxis={"side": "top", "type": "category"},
-        height=170 + 48 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 110, "b": 10},
+        height=180 + 48 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 120, "b": 10},
     )
     return fig
 

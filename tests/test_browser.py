@@ -126,6 +126,15 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     page.set_viewport_size({"width": 390, "height": 1000})
     page.wait_for_timeout(500)
     assert page.evaluate(shown) == 0
+    # Nor for two lines under each upright replica label (they ran into the next), and the
+    # labels stay clear of the title.
+    assert page.evaluate("""() => [...document.querySelectorAll('#dc-split .xtick tspan')]
+        .filter(e => getComputedStyle(e).display !== 'none').map(e => e.textContent)""") == [
+        f"replica {r}" for r in range(8)]
+    assert page.evaluate("""() => {
+        const title = document.querySelector('#dc-split .gtitle').getBoundingClientRect();
+        return [...document.querySelectorAll('#dc-split .xtick text')].map(e => e.getBoundingClientRect())
+            .filter(b => b.top < title.bottom && b.left < title.right && b.right > title.left).length; }""") == 0
     page.set_viewport_size({"width": 1280, "height": 1000})
     devices.get_by_text("2", exact=True).click()
 
