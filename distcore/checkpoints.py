@@ -199,7 +199,7 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
         result["note"] = notes[0]
     if details:
         result["confusion"] = confusion
-        result["samples"] = sample_predictions(model, data, count=16)
+        result["samples"] = sample_predictions(model, data, count=min(16, n))  # of the run's test set only
     return result
 
 

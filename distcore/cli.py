@@ -340,9 +340,16 @@ def cmd_train(args) -> int:
     stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
     stop.announce(args.resume, resumed.total_steps() if resumed else None)
     try:
+        config = train_config(args, resumed)  # (it loads TensorFlow: the stop flag is up by now)
+    except DistcoreError as err:
+        if args.resume:
+            stop.withdraw()  # refused flags leave the run as it was
+        else:
+            stop.failed(str(err))
+        raise
+    try:
         from . import controller
 
-        config = train_config(args, resumed)
         progress = None if args.json or not sys.stderr.isatty() else Progress(config.total_steps())
         on_record = print_json if args.json else (progress.update if progress else None)
         trainer = controller.Controller(config, args.run_dir, resume=args.resume, stop=stop, on_record=on_record)

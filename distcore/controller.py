@@ -88,7 +88,16 @@ class Controller:
         # behind, and the corrected command's run "already held a run". (Read after it, so a
         # stop is honoured while the files are read.)
         folder = data_lib.locate(config.data_dir)
+        self.lock = None
         self.prepare_dir(resume)
+        try:
+            self.set_up(folder, resume)
+        except BaseException:
+            self.close()  # a notebook's next try must not find the run locked by this one
+            raise
+
+    def set_up(self, folder, resume: bool) -> None:
+        config = self.config
         self.data = data_lib.subset(data_lib.read_dir(folder), config.train_examples, config.test_examples)
         if config.workers > 1:
             with self.stop.while_connecting(announce=self.waiting_message()):
@@ -160,16 +169,28 @@ class Controller:
                 raise self.cluster_failure(err) from None
             raise
 
+    def close(self) -> None:
+        """Let go of the run directory (run() does when it ends), so another Controller may train it."""
+        if self.lock is not None:
+            self.lock.release()
+
     def prepare_dir(self, resume: bool) -> None:
         config_path = self.run_dir / "config.json"
         if resume and not config_path.is_file():
             raise DistcoreError(f"cannot resume: {self.run_dir} has no config.json (no run was started there).")
         if not self.task.is_chief:
             return  # the chief checks and writes the run directory
-        if not resume:
-            runs.check_new(self.run_dir)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise DistcoreError(f"cannot write to the run directory {self.run_dir}: {err.strerror}.") from None
+        self.lock = runs.RunLock(self.run_dir)  # before the checks: two new runs passed them together
+        try:
+            self.check_dir(resume)
+        except BaseException:
+            self.close()
+            raise
+        try:
             record = {**self.config.to_dict(), "tensorflow": tf.__version__, "keras": _keras_version(),
                       "replicas": self.config.replicas,
                       "physical_devices": [d.name for d in tf.config.list_physical_devices()],
@@ -182,7 +203,21 @@ class Controller:
                 "state": "starting", "pid": os.getpid(), "step": previous_step,
                 "total_steps": self.config.total_steps(), "time": time.time()})
         except OSError as err:
+            self.close()
             raise DistcoreError(f"cannot write to the run directory {self.run_dir}: {err.strerror}.") from None
+
+    def check_dir(self, resume: bool) -> None:
+        """A new run needs an empty directory; a resume, this run's own configuration. The CLI
+        and the app check a resume before they launch (resume_config); a library caller may
+        not have, and a changed batch resumed "10 batches" of 32 into an epoch of 64s."""
+        if not resume:
+            runs.check_new(self.run_dir)
+            return
+        saved = TrainConfig.from_dict(runs.read_config(self.run_dir))
+        conflicts = self.config.resume_conflicts(saved)
+        if conflicts:
+            raise runs.changed_configuration(
+                self.run_dir, {k: (getattr(saved, k), getattr(self.config, k)) for k in conflicts})
 
     def _any_stop(self, flag):
         """True on every worker if any worker was asked to stop: workers must leave the
@@ -219,8 +254,9 @@ class Controller:
         self.set_status("running")
         self.stop.training = True  # from here a stop request waits for a checkpoint
         try:
-            while not self.finished() and not self.stopping():
-                self.run_epoch(total)
+            with self.stop.interrupts():
+                while not self.finished() and not self.stopping():
+                    self.run_epoch(total)
             step = int(self.runner.step.numpy())
             state = "finished" if self.finished() else "stopped"
             self.save_checkpoint(step)
@@ -241,6 +277,7 @@ class Controller:
         finally:
             self.metrics.close()
             self.writer.close()
+            self.close()
             if not self.task.is_chief:
                 shutil.rmtree(self.write_dir, ignore_errors=True)
 

@@ -5,6 +5,7 @@
     RUN/status.json      the training process's latest state (replaced atomically)
     RUN/checkpoints/     TensorFlow checkpoints (ckpt-STEP.index / .data-*)
     RUN/logs/            TensorBoard event files
+    RUN/.lock            locked (flock) by the process training the run, while it does
 
 The CLI, the app and the tests all read runs through these functions.
 """
@@ -12,6 +13,7 @@ The CLI, the app and the tests all read runs through these functions.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -80,6 +82,39 @@ def check_new(run_dir) -> None:
     run_dir = run_path(run_dir)
     if (run_dir / "config.json").exists() or list_checkpoints(run_dir):
         raise DistcoreError(f"{run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir.")
+
+
+class RunLock:
+    """An exclusive lock on RUN/.lock, held by the process that trains the run.
+
+    Two processes could train one run at once: a library resume beside a CLI run (the CLI's
+    check looks for a `distcore train` process only), and two new runs started together,
+    both past `check_new` before either wrote config.json. The kernel drops the lock when
+    its process ends, however it ends. On a filesystem without locks, training goes on
+    without one."""
+
+    def __init__(self, run_dir):
+        path = Path(run_dir) / ".lock"
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            raise DistcoreError(f"cannot write to the run directory {run_dir}: {err.strerror}.") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "another process"
+            self.release()
+            raise DistcoreError(f"{run_dir} is being trained by {holder} right now: stop it, or wait until it "
+                                "ends, then resume.") from None
+        except OSError:
+            return  # (ENOLCK: no locks on this filesystem)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"process {os.getpid()}".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def claim_new_name(root) -> str:

@@ -43,6 +43,7 @@ class StopFlag:
         # waits for the workers' agreement before the first chunk (they all stop at step 0);
         # only a second request while it still waits for them ends it alone (while_connecting).
         self.training = cluster
+        self.announced_over = None  # the status announce() replaced, for withdraw()
 
     def set(self, *_):
         self._event.set()
@@ -65,13 +66,47 @@ class StopFlag:
         if self.run_dir is None or not self.run_dir.is_dir():
             return
         if resume or not (self.run_dir / "config.json").exists():
-            status = runs.read_status(self.run_dir) or {}
+            self.announced_over = runs.read_status(self.run_dir)
+            status = self.announced_over or {}
             write_status(self.run_dir, {**status, "state": "starting", "pid": os.getpid(), "message": "",
                                         "total_steps": total_steps})
+
+    def withdraw(self) -> None:
+        """Put back the status `announce` replaced: the flags were refused before anything was
+        done (a resume with --replicas 17 marked a finished run "failed")."""
+        status = runs.read_status(self.run_dir) if self.run_dir is not None else None
+        before = self.announced_over
+        if before and status and status.get("pid") == os.getpid() and status.get("state") == "starting":
+            with contextlib.suppress(DistcoreError):
+                runs.write_json_atomic(self.run_dir / "status.json", before)
 
     def failed(self, message: str) -> None:
         """The set-up failed before training began: say so where the app looks."""
         mark_state(self.run_dir, os.getpid(), "failed", message, only_from="starting")
+
+    @contextlib.contextmanager
+    def interrupts(self):
+        """Around the training loop of a library caller: Ctrl-C (a notebook's interrupt) stops
+        it as the CLI's does, at the end of the current loop with a checkpoint. It raised
+        KeyboardInterrupt inside the loop, which lost the steps since the last checkpoint and
+        marked the run failed. A second Ctrl-C interrupts at once. Not where a handler of
+        someone else's is in place (the CLI's is this flag's own), nor off the main thread."""
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            yield
+            return
+
+        def interrupt(signum, frame):
+            if self.is_set():
+                signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
+            self._event.set()
+            os.write(2, b"Stopping at the end of this loop, with a checkpoint; Ctrl-C again interrupts at once.\n")
+
+        previous = signal.signal(signal.SIGINT, interrupt)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def exit_before_training(self) -> None:
         mark_state(self.run_dir, os.getpid(), "stopped", BEFORE_TRAINING)

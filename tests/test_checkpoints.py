@@ -32,6 +32,18 @@ def test_newest_checkpoint_with_details(trained_run):
     assert len(result["samples"]) == 16 and result["samples"][0]["label"] == 9  # test image 0 is an ankle boot
 
 
+def test_sample_images_come_from_the_runs_own_test_set(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    few = tmp_path / "few"  # the same checkpoint, as a run that tests on 7 examples
+    (few / "checkpoints").mkdir(parents=True)
+    for f in (run_dir / "checkpoints").glob("ckpt-400.*"):
+        (few / "checkpoints" / f.name).write_bytes(f.read_bytes())
+    runs.write_json_atomic(few / "config.json", {**runs.read_config(run_dir), "test_examples": 7})
+    result = checkpoints.evaluate(few, "ckpt-400", details=True)
+    assert result["examples"] == 7 and sum(map(sum, result["confusion"])) == 7
+    assert [s["index"] for s in result["samples"]] == list(range(7))  # it showed 16
+
+
 def test_the_used_test_iterator_is_deleted_off_the_calling_thread(trained_run, dropped_iterators):
     run_dir, _ = trained_run
     assert checkpoints.evaluate(run_dir, "ckpt-400", cpus(2))["examples"] == 10000

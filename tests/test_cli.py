@@ -126,6 +126,10 @@ def test_a_resume_with_nothing_left_to_train_is_refused_before_any_process_start
     assert ("error: cannot resume done with epochs 1 and max steps 5: that makes 5 steps, and the run has "
             "already trained 10 (ckpt-10).") in result.stderr
     assert run_files(finished_run) == before  # still finished, config.json untouched
+    # Refused for its devices, which only TensorFlow can check: it marked the run "failed".
+    result = cli("train", "--run-dir", str(finished_run), "--resume", "--epochs", "2", "--replicas", "17")
+    assert result.returncode == 2 and "replicas (17) must be" in result.stderr
+    assert run_files(finished_run) == before
 
 
 def test_a_resume_with_max_steps_0_lifts_the_limit_and_a_refusal_names_the_limit_that_binds(tmp_path):

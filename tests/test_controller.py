@@ -2,8 +2,12 @@
 
 import json
 import os
+import signal
 import subprocess
+import sys
 import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +19,8 @@ from distcore.config import DistcoreError, TrainConfig
 from distcore.controller import (Controller, StopFlag, failure_message, remaining_test_passes, resume_config,
                                  train_examples, worker_scratch)
 from distcore.loop import StepRunner
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_one_real_epoch_learns(trained_run):
@@ -140,10 +146,43 @@ def test_resume_can_extend_but_not_change_the_model(tmp_path):
     # the number of replicas (3)") instead of for the change, which no resume may make.
     with pytest.raises(DistcoreError, match=r"api 'dataset' -> 'function'"):
         resume_config(tmp_path / "r", {"api": "function", "global_batch": "64", "devices": cpus(3)})
+    # A library caller who skips resume_config is refused the same: a batch of 32 resumed "4 batches"
+    # into an epoch of 64s, and config.json took the new values.
+    before = (tmp_path / "r" / "config.json").read_text()
+    with pytest.raises(DistcoreError, match=r"learning_rate 0.001 -> 0.5, global_batch 64 -> 32"):
+        Controller(small(epochs=1, max_steps=8, global_batch=32, learning_rate=0.5), tmp_path / "r", resume=True)
+    assert (tmp_path / "r" / "config.json").read_text() == before
     longer = resume_config(tmp_path / "r", {"max_steps": 8, "devices": cpus(3)})
-    result = Controller(longer, tmp_path / "r", resume=True).run()
+    # One process trains a run at a time (RUN/.lock): a second Controller is refused until the first lets go.
+    first = Controller(longer, tmp_path / "r", resume=True)
+    with pytest.raises(DistcoreError, match=rf"is being trained by process {os.getpid()} right now"):
+        Controller(longer, tmp_path / "r", resume=True)
+    result = first.run()
     assert result["step"] == 8
     assert runs.read_config(tmp_path / "r")["devices"] == list(cpus(3))
+    new = Controller(small(epochs=1), tmp_path / "new")  # two new runs: both could pass check_new at once
+    with pytest.raises(DistcoreError, match="is being trained by process"):
+        Controller(small(epochs=1), tmp_path / "new")
+    new.close()
+
+
+def test_ctrl_c_in_a_library_caller_stops_with_a_checkpoint(tmp_path):
+    # It raised KeyboardInterrupt in the loop: the run "failed", its steps since the last checkpoint lost.
+    script = ("import sys; from distcore.config import TrainConfig; from distcore.controller import Controller; "
+              "print(Controller(TrainConfig(devices=('cpu:0',), epochs=50, train_examples=1000, test_examples=100, "
+              "steps_per_loop=4), sys.argv[1]).run(), flush=True)")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "lib")], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while runs.last_logged_step(tmp_path / "lib") < 8 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Stopping at the end of this loop, with a checkpoint" in err
+    status = runs.read_status(tmp_path / "lib")
+    assert status["state"] == "stopped" and f"'step': {status['step']}" in out and status["step"] >= 8
+    assert runs.list_checkpoints(tmp_path / "lib") == [f"ckpt-{status['step']}"]
 
 
 def test_a_run_that_failed_before_its_first_checkpoint_resumes_from_step_0(tmp_path, uninterrupted):
