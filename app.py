@@ -41,9 +41,11 @@ REPEAT_SECONDS = 5  # a second Start with an empty name and the same form this s
 
 ABOUT = """
 **What this is.** A `tf.distribute.MirroredStrategy` custom training loop on Fashion-MNIST.
-Without GPUs the CPU is split into N *logical* devices, so N replicas run (slowly, but
-exactly as they would on N GPUs): each global batch is split into per-replica batches,
-each replica computes gradients on its share, and the gradients are summed across replicas.
+Without GPUs the CPU is split into N *logical* devices, so N replicas run, sharing the CPU's
+cores: each global batch is split into per-replica batches, each replica computes gradients
+on its share, and the gradients are summed across replicas. The arithmetic is a GPU run's;
+the plumbing differs a little (the sum goes through one device, `ReductionToOneDevice`, as
+strategies of different sizes in one process need, and one replica reads its input on the host).
 
 **Where current TensorFlow differs from the tutorials** (TF {tf}, Keras 3):
 - `strategy.experimental_run_v2(...)` is gone: it is now **`strategy.run(fn, args=...)`**.
@@ -51,11 +53,14 @@ each replica computes gradients on its share, and the gradients are summed acros
   `tf.keras.losses.Reduction.NONE` still works through Keras's legacy module and equals `"none"`);
   the per-example losses are then scaled with `tf.nn.compute_average_loss(...,
   global_batch_size=G)` so that summing the replicas' gradients gives the global mean.
-- `experimental_distribute_dataset` re-batches a dataset batched by the **global** batch;
-  `distribute_datasets_from_function` calls your function once per input pipeline and
-  expects the **per-replica** batch (`ctx.get_per_replica_batch_size(G)`).
-- Keras 3 optimizers and checkpoints are used through `tf.train.Checkpoint`
-  (`ckpt-N.index` + `.data-*` files), restorable with or without a strategy.
+- `experimental_distribute_datasets_from_function` is now **`distribute_datasets_from_function`**
+  (it still batches by the per-replica size, `ctx.get_per_replica_batch_size(G)`).
+- Metrics' `reset_states()` is now **`reset_state()`**.
+- Keras 3 optimizers must be built inside the strategy's scope (`optimizer.build(model.trainable_variables)`)
+  before the first step on 2+ replicas, or it fails with "You must feed a value for placeholder tensor".
+- Keras 3 metrics are not trackable, so checkpoints (`tf.train.Checkpoint`: `ckpt-N.index` +
+  `.data-*`) hold the training accuracy's variables instead of the metric; as in the
+  tutorials, they restore with or without a strategy.
 
 **How it runs.** Each training run is its own process writing to its run folder
 (`{root}`); the page only reads that folder, so a reload or a second browser finds the

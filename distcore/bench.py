@@ -318,10 +318,13 @@ def at_least(value: float, want: float, bound: float) -> dict:
 
 def check_targets(report: dict) -> dict:
     checks = {}
+    quick = (report.get("settings") or {}).get("quick")
     for row in report["results"]:
         r = row["replicas"]
         share = TARGETS["ceiling_share"].get(r, TARGETS["ceiling_share"]["default"])
         checks[f"ceiling_share@{r}"] = at_least(row["ceiling_share"], share, row["step_only_ceiling_share"])
+        if quick:  # a ceiling of 2 brief matmuls (52 GFLOP/s against 219) "met" 85% at 1 replica
+            checks[f"ceiling_share@{r}"].update(met=None, note="not judged: --quick measures the ceiling too briefly")
         for other in ("tutorial", "keras_fit"):
             checks[f"vs_{other}@{r}"] = at_least(row[f"vs_{other}"], TARGETS[f"vs_{other}"],
                                                  row[f"step_only_vs_{other}"])
@@ -389,7 +392,9 @@ def format_report(report: dict) -> str:
         limit = ""
         if "bound" in check:
             limit = f"; step_only {check['bound']}" + ("" if check["reachable"] else ": out of reach for any loop")
-        lines.append(f"  {'met ' if check['met'] else 'MISS'}  {name}: {check['value']} (target {check['target']}{limit})")
+        verdict = "n/a " if check["met"] is None else "met " if check["met"] else "MISS"
+        note = f"; {check['note']}" if check.get("note") else ""
+        lines.append(f"  {verdict}  {name}: {check['value']} (target {check['target']}{limit}{note})")
     return "\n".join(lines)
 
 
@@ -422,7 +427,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--warmup", help=f"untimed steps before each measurement (default {DEFAULT_WARMUP})")
     parser.add_argument("--memory-steps", help="steps of the train process measured for memory (default 200)")
     parser.add_argument("--quick", action="store_true",
-                        help="shorter ceiling and layer measurements (a smoke run, not a benchmark)")
+                        help="shorter ceiling, layer and profile measurements, whose ceiling shares are not "
+                             "judged (a smoke run, not a benchmark)")
     parser.add_argument("--same-threads", action="store_true",
                         help="run the tutorial and Keras fit with distcore's thread setting too (the loops alone)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

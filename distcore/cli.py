@@ -17,7 +17,8 @@ from . import cluster, jobs, runs, stopping
 from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, check_int
 
 # TensorFlow's C++ warnings: split plans capture and show them (an AUTO-to-DATA
-# fallback is one); other commands keep TF's start-up chatter off the terminal.
+# fallback is one); other commands ask for errors only. TensorFlow 2.21 still prints
+# absl's "All log messages before absl::InitializeLog()" and oneDNN's notice, at any level.
 WARNINGS_SHOWN = ("split", "planner")
 
 

@@ -28,8 +28,9 @@ _CSV_COLUMNS = [
 
 
 def count(n, noun: str) -> str:
-    """'1 replica', '2 replicas' ("1 replicas" was shown for one device)."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
+    """'1 replica', '2 replicas', '1 global batch', '3 global batches' ("1 replicas" was shown
+    for one device, "1 global batches" for a plan of one)."""
+    return f"{n} {noun}" + ("" if n == 1 else "es" if noun.endswith(("ch", "sh", "s", "x")) else "s")
 
 
 def format_ids(ids: list[int], max_chars: int = 22) -> str:
@@ -104,7 +105,7 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     ))
     # Short: plotly does not wrap a title, and a phone is about 40 characters wide. The
     # colour key is in split_summary's text, which wraps.
-    title = f"{len(steps)} global batches of {global_batch} over {count(replicas, 'replica')}"
+    title = f"{count(len(steps), 'global batch')} of {global_batch} over {count(replicas, 'replica')}"
     if len(rows) < len(steps):
         title += f"<br><sup>showing the first {max_rows // 2} and last {max_rows - max_rows // 2} steps</sup>"
     fig.update_layout(
@@ -164,7 +165,7 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
     examples = sum(len(ids) for row in steps for ids in row)
     distinct = len({i for row in steps for ids in row for i in ids})
     repeats = f" ({distinct} distinct ids: some reached more than one replica)" if distinct < examples else ""
-    lines = [f"**{examples} examples{repeats} → {len(steps)} global batches of {plan.get('global_batch')}"
+    lines = [f"**{examples} examples{repeats} → {count(len(steps), 'global batch')} of {plan.get('global_batch')}"
              f" on {count(plan.get('replicas'), 'replica')}**{pieces_text(plan)}."]
     facts = split_facts(plan)
     if facts:

@@ -66,7 +66,11 @@ def test_bench_json_shape_and_positive_numbers():
     assert report["machine"]["cores"] >= 1 and report["machine"]["tensorflow"]
     assert set(report["targets"]) >= {"ceiling_share@1", "vs_tutorial@2", "vs_keras_fit@1", "peak_memory_gib",
                                       "first_step_seconds", "split_plan_seconds"}
-    assert all(isinstance(check["met"], bool) for check in report["targets"].values())
+    assert all(isinstance(check["met"], bool) for name, check in report["targets"].items()
+               if not name.startswith("ceiling_share"))
+    # --quick's ceiling is two brief matmuls (52 GFLOP/s against 219 once): its shares are not judged.
+    assert all(check["met"] is None and "too briefly" in check["note"] for name, check in report["targets"].items()
+               if name.startswith("ceiling_share"))
     # Each speed target stands next to what the same step reached with no loop cost.
     for row in report["results"]:
         r = row["replicas"]

@@ -132,6 +132,7 @@ def test_a_checkpoint_saved_before_its_epoch_was_closed_still_resumes(tmp_path, 
     old.save_checkpoint(16)
     old.end_epoch(1, 16)
     old.metrics.close()
+    old.close()  # never run: let go of the run, as run() does at its end
     assert runs.list_checkpoints(run_dir) == ["ckpt-16"] and len(epoch_records(run_dir)) == 1
     resumed = Controller(resume_config(run_dir, {"epochs": 2}), run_dir, resume=True).run()
     assert resumed == {"state": "finished", "step": 32, "total_steps": 32}

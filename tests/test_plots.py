@@ -163,6 +163,9 @@ def test_headline_of_a_batch_smaller_than_the_replica_count():
     text = plots.split_summary(plan(steps, 6))
     assert "split 1/1/1/1/1/1/0/0" in text and "per-replica batch 0" not in text
     assert "(per-replica batch 2)" in plots.split_summary(N6_G4_R2)
+    one = plan([[[0], [1], [2], [3], []]], 4)  # the guide's 4 examples on 5 replicas: one global batch
+    assert "→ 1 global batch of 4 on" in plots.split_summary(one)  # it said "1 global batches"
+    assert plots.split_figure(one).layout.title.text.startswith("1 global batch of 4 over 5 replicas")
 
 
 def test_empty_figures_have_blank_axes_and_a_note_in_each_panel():
