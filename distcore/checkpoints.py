@@ -152,7 +152,7 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     newest = name is None
     name, step = find(run_dir, name)
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
-    data = data_lib.load(data_dir or config.data_dir)
+    data = data_lib.load(data_dir or config.data_dir, saved_in=None if data_dir else Path(run_dir) / "config.json")
     n = config.test_examples
     with strategy.scope():
         model = create_model(config.model, config.l2)

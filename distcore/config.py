@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ MAX_SPLIT_EXAMPLES = 100_000
 MAX_SPLIT_STEPS = 2_000  # a plan is for looking at: more steps than this nobody reads
 TRAIN_SIZE = 60_000
 TEST_SIZE = 10_000
-MAX_SEED = 2**31 - 1  # training's seeds; split takes the same
+MAX_SEED = 2**31 - 1  # training's seeds; loss-check and split take the same
 
 
 class DistcoreError(Exception):
@@ -134,6 +135,17 @@ def check_bool(name: str, value) -> bool:
     if is_empty(value):
         raise DistcoreError(f"{name} is empty: it must be true or false.")
     raise DistcoreError(f"{name} ({value!r}) must be true or false (a boolean, not text or a number).")
+
+
+def data_folder(value) -> str | None:
+    """A data folder as an absolute path, or None for none. Absolute, so a run's config.json
+    names the same folder whatever folder evaluate or --resume are run from."""
+    if is_empty(value):
+        return None
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(path, str):
+        raise DistcoreError(f"data folder ({value!r}) must be a path, as text or a pathlib.Path.")
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def uneven_batch(global_batch: int, replicas: int) -> DistcoreError:
@@ -249,6 +261,7 @@ class TrainConfig:
         set_(self, "train_examples", check_int("train examples", self.train_examples, high=TRAIN_SIZE))
         set_(self, "test_examples", check_int("test examples", self.test_examples, high=TEST_SIZE))
         set_(self, "drop_remainder", check_bool("drop_remainder", self.drop_remainder))
+        set_(self, "data_dir", data_folder(self.data_dir))
         set_(self, "workers", check_int("workers", self.workers, high=64))
         if self.global_batch > self.train_examples:
             raise DistcoreError(

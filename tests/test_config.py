@@ -1,5 +1,6 @@
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +164,15 @@ def test_both_configs_suggest_a_batch_that_divides_by_the_replicas():
     assert str(train.value) == str(split.value) == (
         "with distribute_datasets_from_function the global batch (64) must divide evenly by the number "
         "of replicas (3); try 63.")
+
+
+def test_a_data_dir_is_kept_as_an_absolute_path_in_text(tmp_path, monkeypatch):
+    # Issue: data_dir=Path(...) was accepted, then writing config.json failed ("Object of type PosixPath
+    # is not JSON serializable"); a relative one was saved relative, so it broke from another folder.
+    monkeypatch.chdir(tmp_path)
+    assert TrainConfig(devices=CPUS2, data_dir=Path("dcopy")).data_dir == str(tmp_path / "dcopy")
+    assert json.loads(json.dumps(TrainConfig(devices=CPUS2, data_dir="d/../e").to_dict()))["data_dir"] == str(tmp_path / "e")
+    assert TrainConfig(devices=CPUS2, data_dir="~/fm").data_dir == str(Path.home() / "fm")
+    assert TrainConfig(devices=CPUS2, data_dir="").data_dir is None
+    with pytest.raises(DistcoreError, match=r"^data folder \(5\) must be a path"):
+        TrainConfig(devices=CPUS2, data_dir=5)
