@@ -145,10 +145,9 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     import keras
 
     from . import data as data_lib, devices, inputs
-    from .config import TrainConfig
     from .model import create_model, forward
 
-    config = TrainConfig.from_dict(runs.read_config(run_dir))
+    config = runs.saved_config(run_dir)
     newest = name is None
     name, step = find(run_dir, name)
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()

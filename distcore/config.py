@@ -302,7 +302,11 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
+        fields = dataclasses.fields(cls)
+        missing = [f.name for f in fields if f.default is dataclasses.MISSING and f.name not in data]
+        if missing:
+            raise DistcoreError(f"the configuration has no {', '.join(missing)}.")
+        names = {f.name for f in fields}
         known = {k: v for k, v in data.items() if k in names}
         return cls(**known)
 

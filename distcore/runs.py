@@ -144,6 +144,17 @@ def read_config(run_dir) -> dict:
     return data
 
 
+def saved_config(run_dir) -> TrainConfig:
+    """The run's TrainConfig, read from its config.json; a file that does not make one
+    (a field missing, a value out of range) is called damaged, naming what is wrong."""
+    data = read_config(run_dir)
+    try:
+        return TrainConfig.from_dict(data)
+    except DistcoreError as err:
+        raise DistcoreError(f"{run_path(run_dir) / 'config.json'} is incomplete or damaged: {err} Restore the "
+                            "file, or start a new run.") from None
+
+
 def ended_before_training(run_dir) -> str | None:
     """'run X was stopped (or failed) before training began and saved nothing' for a run that
     ended before writing its config.json (it never will have a checkpoint), else None."""
@@ -164,7 +175,7 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
     checkpoints mean something else (model, batch, optimizer, ...), and a resume that
     leaves nothing to train. Needs no TensorFlow.
     """
-    saved = TrainConfig.from_dict(read_config(run_dir))
+    saved = saved_config(run_dir)
     overrides = overrides or {}
     try:
         wanted = saved.replace(**overrides)

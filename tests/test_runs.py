@@ -78,3 +78,21 @@ def test_an_export_removes_exports_older_than_an_hour_and_keeps_newer_ones(tmp_p
     assert not first.exists()  # its files were long since copied into Gradio's cache
     assert second.is_dir() and third.is_dir() and other.is_dir()
     assert {second.parent, third.parent} == {tmp_path} and second != third
+
+
+@pytest.mark.parametrize("saved,problem", [({}, "the configuration has no devices."),
+                                           ({"devices": ["cpu:0"], "global_batch": "x"}, "global batch size ('x')")])
+def test_a_config_json_that_makes_no_configuration_is_called_damaged(tmp_path, capsys, saved, problem):
+    # Issue: `echo '{}' > RUN/config.json`, then evaluate or train --resume: a TypeError traceback
+    # ("TrainConfig.__init__() missing 1 required positional argument: 'devices'").
+    from distcore import cli
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    for command in ("evaluate", "train --resume"):
+        assert cli.main([*command.split(), "--run-dir", str(run_dir), "--json"]) == 2
+        out, err = capsys.readouterr()
+        assert json.loads(out)["error"] == err.strip().removeprefix("error: ")
+        assert err.startswith(f"error: {run_dir / 'config.json'} is incomplete or damaged: {problem}")
+        assert err.strip().endswith("Restore the file, or start a new run.")
