@@ -9,6 +9,7 @@ and says so; it never silently starts again from step 0.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -34,7 +35,7 @@ class Saver:
         try:
             path = self.manager.save(checkpoint_number=step)
         except (OSError, tf.errors.OpError) as err:
-            raise DistcoreError(f"could not save a checkpoint in {self.folder}: {err}") from None
+            raise DistcoreError(f"could not save a checkpoint in {self.folder}: {file_error(err)}.") from None
         return Path(path).name
 
     def restore_latest(self, on_fallback=lambda message: None) -> str:
@@ -42,6 +43,17 @@ class Saver:
         for leftover in self.read_folder.glob("*_temp*"):
             shutil.rmtree(leftover, ignore_errors=True)  # a save that was killed half-way
         return newest_intact(self.read_folder, lambda prefix: restore(self.checkpoint, prefix), on_fallback)
+
+
+def file_error(err: BaseException) -> str:
+    """What the OS said about a failed write ("Operation not permitted"), without what
+    TensorFlow wraps it in: "{{function_node __wrapped__SaveV2_..._device_/job:localhost/...}}
+    ckpt-10_temp; Operation not permitted [Op:SaveV2]"."""
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
+    text = re.sub(r"\{\{function_node [^}]*\}\}", "", getattr(err, "message", None) or str(err))
+    text = re.sub(r"\s*\[Op:[^\]]*\].*", "", text, flags=re.S).strip()
+    return text.rsplit("; ", 1)[-1].strip() or type(err).__name__  # TensorFlow writes "path; reason"
 
 
 def newest_intact(folder: Path, try_restore, on_fallback) -> str:

@@ -70,6 +70,15 @@ def locate_data(config: TrainConfig, run_dir: Path, resume: bool) -> Path:
     return data_lib.locate(config.data_dir, saved_in=run_dir / "config.json" if from_run else None)
 
 
+def summary_writer(folder: Path):
+    """TensorBoard's writer into `folder`. One it cannot create (a file named logs, a folder
+    made read-only) is the user's to fix, as for checkpoints/: an error, not a traceback."""
+    try:
+        return tf.summary.create_file_writer(str(folder))
+    except tf.errors.OpError as err:
+        raise DistcoreError(f"cannot write TensorBoard logs in {folder}: {checkpoints.file_error(err)}.") from None
+
+
 # The one check of a resume lives with the run directories (no TensorFlow there), so the
 # cluster launcher and the app can make it before they start any process.
 resume_config = runs.resume_config
@@ -116,7 +125,7 @@ class Controller:
         self.metrics = runs.MetricsLog(self.write_dir)
         for message in fallbacks:
             self.log_event("fallback", message)
-        self.writer = tf.summary.create_file_writer(str(self.write_dir / "logs"))
+        self.writer = summary_writer(self.write_dir / "logs")
         self.test_data = test_dataset(self.strategy, config, self.data)
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
         self.first_chunk_done = False

@@ -1,6 +1,9 @@
 """A checkpoint trained on 2 replicas evaluates the same on none, 1, 2, 3 or 5."""
 
+import subprocess
+
 import pytest
+import tensorflow as tf
 
 from conftest import cpus
 from distcore import checkpoints, runs
@@ -56,3 +59,19 @@ def test_a_checkpoint_of_another_model_is_refused(trained_run, tmp_path):
     runs.write_json_atomic(other / "config.json", {**config, "model": "mlp"})
     with pytest.raises(DistcoreError, match="cannot be restored into this model"):
         checkpoints.evaluate(other, "ckpt-400")
+
+
+def test_a_save_that_the_os_refuses_says_why_without_tensorflows_wrapping(tmp_path):
+    # Issue: "could not save a checkpoint in ro4/checkpoints: {{function_node __wrapped__SaveV2_dtypes_35_
+    # device_/job:localhost/...}} ro4/checkpoints/ckpt-10_temp; Operation not permitted [Op:SaveV2]".
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    saver = checkpoints.Saver(tf.train.Checkpoint(v=tf.Variable(1.0)), folder)
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        pytest.skip("needs root and a filesystem that has chattr +i")
+    try:
+        with pytest.raises(DistcoreError) as caught:
+            saver.save(10)
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)])
+    assert str(caught.value) == f"could not save a checkpoint in {folder}: Operation not permitted."

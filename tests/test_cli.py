@@ -251,3 +251,21 @@ def test_the_planner_refuses_drop_remainder_given_as_text():
     ready, refused, planned = [json.loads(line) for line in run.stdout.splitlines()]
     assert refused == {"error": "drop_remainder ('false') must be true or false (a boolean, not text or a number)."}
     assert planned["drop_remainder"] is False and planned["steps"][-1] == [[4], [5]]
+
+
+def test_a_resume_that_cannot_write_its_logs_fails_with_exit_2_and_says_so_in_its_status(tmp_path):
+    # Issue: a CreateSummaryFileWriter traceback, exit 1, and status.json left "starting" with a dead pid.
+    from distcore.config import TrainConfig
+    from distcore.controller import Controller
+
+    run_dir = tmp_path / "r"
+    config = TrainConfig(devices=cpus(2), epochs=1, train_examples=640, test_examples=200, max_steps=2)
+    Controller(config, run_dir).run()
+    shutil.rmtree(run_dir / "logs")
+    (run_dir / "logs").write_text("a file where TensorBoard's folder goes")
+    result = cli("train", "--run-dir", str(run_dir), "--resume", "--max-steps", "4", "--json", timeout=120)
+    message = f"cannot write TensorBoard logs in {run_dir / 'logs'}: Not a directory."
+    assert result.returncode == 2 and json.loads(result.stdout.splitlines()[-1]) == {"error": message}
+    assert "Traceback" not in result.stderr
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["message"]) == ("failed", message)

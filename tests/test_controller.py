@@ -314,3 +314,13 @@ def test_a_relative_data_dir_resumes_from_anywhere_and_a_missing_one_is_blamed_o
     assert str(resumed.value).startswith(expected) and str(evaluated.value).startswith(expected)
     with pytest.raises(DistcoreError, match=f"^--data-dir {tmp_path / 'elsewhere'} lacks"):  # a flag given
         Controller(resume_config(run_dir, {"max_steps": 6, "data_dir": "../elsewhere"}), run_dir, resume=True)
+
+
+def test_a_logs_folder_that_cannot_be_written_is_a_clear_error(tmp_path):
+    # Issue: a PermissionDeniedError / FailedPreconditionError traceback from CreateSummaryFileWriter.
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "logs").write_text("a file where TensorBoard's folder goes")
+    with pytest.raises(DistcoreError) as caught:
+        Controller(small(max_steps=1), run_dir)
+    assert str(caught.value) == f"cannot write TensorBoard logs in {run_dir / 'logs'}: Not a directory."
