@@ -74,12 +74,12 @@ def newest_intact(folder: Path, try_restore, on_fallback) -> str:
         try:
             try_restore(folder / name)
         except DistcoreError as err:
-            problems.append(f"{name}: {err}")
+            problems.append(f"{name}: {str(err).rstrip('.')}")  # joined with "; ", ended once below
             continue
         if problems:
-            on_fallback(f"restored {name}, the newest intact checkpoint; skipped {'; '.join(problems)}")
+            on_fallback(f"restored {name}, the newest intact checkpoint; skipped {'; '.join(problems)}.")
         return name
-    raise DistcoreError("no checkpoint could be restored: " + "; ".join(problems))
+    raise DistcoreError("no checkpoint could be restored: " + "; ".join(problems) + ".")
 
 
 # How a collective reports a lost peer or an aborted group (TensorFlow 2.21). Restoring under
@@ -98,22 +98,29 @@ def peer_failure(err: BaseException) -> bool:
 
 
 def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False) -> None:
-    """Restore `prefix` into `checkpoint`, refusing a mismatched or damaged checkpoint.
-    A peer's failure is raised as TensorFlow raised it (see PEER_ERRORS)."""
+    """Restore `prefix` into `checkpoint`, refusing a damaged or mismatched checkpoint, each
+    called what it is. A peer's failure is raised as TensorFlow raised it (see PEER_ERRORS)."""
+    try:
+        verify(prefix)  # reads the files alone: what fails here is the files, not the model
+    except (ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # damage varies
+        raise DistcoreError(f"checkpoint {prefix.name}'s files are damaged or incomplete ({first_line(err)}).") from None
     status = None
     try:
-        verify(prefix)
         status = checkpoint.restore(str(prefix))
         if partial:
             status.expect_partial()
         status.assert_existing_objects_matched()
-    except (AssertionError, ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # damage varies
+    except (AssertionError, ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # a mismatch, or a peer
         if status is not None:
             status.expect_partial()  # no second round of "value not found" warnings at exit
         if peer_failure(err):
             raise
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line[:300]}).") from None
+        raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line(err)}).") from None
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
 
 
 def state_file_latest(folder: Path) -> str | None:

@@ -1,5 +1,6 @@
 """A checkpoint trained on 2 replicas evaluates the same on none, 1, 2, 3 or 5."""
 
+import re
 import subprocess
 
 import pytest
@@ -75,3 +76,20 @@ def test_a_save_that_the_os_refuses_says_why_without_tensorflows_wrapping(tmp_pa
     finally:
         subprocess.run(["chattr", "-i", str(folder)])
     assert str(caught.value) == f"could not save a checkpoint in {folder}: Operation not permitted."
+
+
+def test_damaged_files_are_called_damaged_and_the_fallback_note_reads_as_one_sentence(tmp_path):
+    # Issue: a truncated .data file was "cannot be restored into this model (Read less bytes than
+    # requested)", as if the model differed, and the note read "skipped ckpt-32: … requested).; ckpt-30: …".
+    saver = checkpoints.Saver(tf.train.Checkpoint(v=tf.Variable(tf.zeros(1000))), tmp_path / "checkpoints")
+    for step in (1, 2, 3):
+        saver.save(step)
+    for step in (2, 3):
+        data_file = next((tmp_path / "checkpoints").glob(f"ckpt-{step}.data-*"))
+        data_file.write_bytes(data_file.read_bytes()[:100])
+    notes = []
+    assert saver.restore_latest(notes.append) == "ckpt-1"
+    assert re.fullmatch(r"restored ckpt-1, the newest intact checkpoint; skipped ckpt-3: checkpoint ckpt-3's "
+                        r"files are damaged or incomplete \(.+\); ckpt-2: checkpoint ckpt-2's files are damaged "
+                        r"or incomplete \(.+\)\.", notes[0])
+    assert ".;" not in notes[0] and "into this model" not in notes[0]
