@@ -158,7 +158,8 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     """Restore a checkpoint into a fresh model and measure it on the run's test set.
 
     `device_names=None` evaluates with no strategy (TensorFlow's default strategy:
-    one device, plain calls), as the tutorial's "restore without a strategy".
+    one device, plain calls), as the tutorial's "restore without a strategy"; any other
+    value is a device set, read and checked as `devices.resolve` reads one.
     `data_dir` overrides the run's own (the data moved, or this is another host).
     """
     import keras
@@ -169,6 +170,7 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     config = runs.saved_config(run_dir)
     newest = name is None
     name, step = find(run_dir, name)
+    device_names = None if device_names is None else devices.resolve(devices=device_names)
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
     data = data_lib.load(data_dir or config.data_dir, saved_in=None if data_dir else Path(run_dir) / "config.json")
     n = config.test_examples

@@ -23,6 +23,7 @@ SUM = tf.distribute.ReduceOp.SUM
 
 
 def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None) -> dict:
+    device_names = devices.resolve(devices=device_names)
     strategy = devices.make_strategy(device_names)
     data = data_lib.load(data_dir)
     images, labels = inputs.normalize(data.test_images[:global_batch], data.test_labels[:global_batch])

@@ -93,3 +93,23 @@ def test_damaged_files_are_called_damaged_and_the_fallback_note_reads_as_one_sen
                         r"files are damaged or incomplete \(.+\); ckpt-2: checkpoint ckpt-2's files are damaged "
                         r"or incomplete \(.+\)\.", notes[0])
     assert ".;" not in notes[0] and "into this model" not in notes[0]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from distcore.config import TrainConfig
+    from distcore.controller import Controller
+
+    run_dir = tmp_path_factory.mktemp("tiny") / "r"
+    Controller(TrainConfig(devices=cpus(2), train_examples=640, test_examples=200, max_steps=2), run_dir).run()
+    return run_dir
+
+
+def test_evaluate_reads_its_devices_as_a_device_set_and_reports_them_normalised(tiny_run):
+    # Issue: "cpu:0,cpu:1" (as TrainConfig takes it) raised an IndexError, ("cpu:0", "cpu:0") TensorFlow's
+    # "No duplicates allowed", and ("CPU:0",) was reported back as given.
+    assert checkpoints.evaluate(tiny_run, None, "cpu:0,cpu:1")["devices"] == ["cpu:0", "cpu:1"]
+    assert checkpoints.evaluate(tiny_run, None, ("CPU:0",))["devices"] == ["cpu:0"]
+    for bad, message in [(("cpu:0", "cpu:0"), "device cpu:0 is listed twice"), ((), "the device set is empty")]:
+        with pytest.raises(DistcoreError, match=message):
+            checkpoints.evaluate(tiny_run, None, bad)
