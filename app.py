@@ -354,7 +354,7 @@ def resume_run(settings: AppSettings, lock, name, *form):
     epochs and max steps alone and quietly train the saved model, batch and devices."""
     try:
         run_dir = run_dir_of(settings, name)
-        saved = TrainConfig.from_dict(runs.read_config(run_dir))
+        saved = runs.saved_config(run_dir)
         wanted = train_config(settings, *form).replace(l2=saved.l2)  # the form has no L2 field
         check_same_setup(run_dir.name, saved, wanted)
         runs.resume_config(run_dir, {k: getattr(wanted, k) for k in FORM_RESUMABLE})  # as the CLI checks

@@ -406,7 +406,8 @@ def main(args) -> int:
         replicas = [check_int("replicas", r, high=MAX_LOGICAL_CPUS)
                     for r in str(args.replicas or "1,2,4").split(",") if r.strip()]
     except DistcoreError:
-        raise DistcoreError(f"--replicas ({args.replicas!r}) must be a comma-separated list of counts, e.g. 1,2,4.") from None
+        raise DistcoreError(f"--replicas ({args.replicas!r}) must be a comma-separated list of counts from 1 to "
+                            f"{MAX_LOGICAL_CPUS} (the logical CPU devices a process can have), e.g. 1,2,4.") from None
     if not replicas:
         raise DistcoreError("--replicas is empty: give counts such as 1,2,4.")
     steps = check_int("steps", args.steps if args.steps is not None else DEFAULT_STEPS, high=100_000)

@@ -9,6 +9,7 @@ and says so; it never silently starts again from step 0.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -34,7 +35,7 @@ class Saver:
         try:
             path = self.manager.save(checkpoint_number=step)
         except (OSError, tf.errors.OpError) as err:
-            raise DistcoreError(f"could not save a checkpoint in {self.folder}: {err}") from None
+            raise DistcoreError(f"could not save a checkpoint in {self.folder}: {file_error(err)}.") from None
         return Path(path).name
 
     def restore_latest(self, on_fallback=lambda message: None) -> str:
@@ -42,6 +43,17 @@ class Saver:
         for leftover in self.read_folder.glob("*_temp*"):
             shutil.rmtree(leftover, ignore_errors=True)  # a save that was killed half-way
         return newest_intact(self.read_folder, lambda prefix: restore(self.checkpoint, prefix), on_fallback)
+
+
+def file_error(err: BaseException) -> str:
+    """What the OS said about a failed write ("Operation not permitted"), without what
+    TensorFlow wraps it in: "{{function_node __wrapped__SaveV2_..._device_/job:localhost/...}}
+    ckpt-10_temp; Operation not permitted [Op:SaveV2]"."""
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
+    text = re.sub(r"\{\{function_node [^}]*\}\}", "", getattr(err, "message", None) or str(err))
+    text = re.sub(r"\s*\[Op:[^\]]*\].*", "", text, flags=re.S).strip()
+    return text.rsplit("; ", 1)[-1].strip() or type(err).__name__  # TensorFlow writes "path; reason"
 
 
 def newest_intact(folder: Path, try_restore, on_fallback) -> str:
@@ -62,12 +74,12 @@ def newest_intact(folder: Path, try_restore, on_fallback) -> str:
         try:
             try_restore(folder / name)
         except DistcoreError as err:
-            problems.append(f"{name}: {err}")
+            problems.append(f"{name}: {str(err).rstrip('.')}")  # joined with "; ", ended once below
             continue
         if problems:
-            on_fallback(f"restored {name}, the newest intact checkpoint; skipped {'; '.join(problems)}")
+            on_fallback(f"restored {name}, the newest intact checkpoint; skipped {'; '.join(problems)}.")
         return name
-    raise DistcoreError("no checkpoint could be restored: " + "; ".join(problems))
+    raise DistcoreError("no checkpoint could be restored: " + "; ".join(problems) + ".")
 
 
 # How a collective reports a lost peer or an aborted group (TensorFlow 2.21). Restoring under
@@ -86,22 +98,29 @@ def peer_failure(err: BaseException) -> bool:
 
 
 def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False) -> None:
-    """Restore `prefix` into `checkpoint`, refusing a mismatched or damaged checkpoint.
-    A peer's failure is raised as TensorFlow raised it (see PEER_ERRORS)."""
+    """Restore `prefix` into `checkpoint`, refusing a damaged or mismatched checkpoint, each
+    called what it is. A peer's failure is raised as TensorFlow raised it (see PEER_ERRORS)."""
+    try:
+        verify(prefix)  # reads the files alone: what fails here is the files, not the model
+    except (ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # damage varies
+        raise DistcoreError(f"checkpoint {prefix.name}'s files are damaged or incomplete ({first_line(err)}).") from None
     status = None
     try:
-        verify(prefix)
         status = checkpoint.restore(str(prefix))
         if partial:
             status.expect_partial()
         status.assert_existing_objects_matched()
-    except (AssertionError, ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # damage varies
+    except (AssertionError, ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # a mismatch, or a peer
         if status is not None:
             status.expect_partial()  # no second round of "value not found" warnings at exit
         if peer_failure(err):
             raise
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line[:300]}).") from None
+        raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line(err)}).") from None
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
 
 
 def state_file_latest(folder: Path) -> str | None:
@@ -139,20 +158,21 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     """Restore a checkpoint into a fresh model and measure it on the run's test set.
 
     `device_names=None` evaluates with no strategy (TensorFlow's default strategy:
-    one device, plain calls), as the tutorial's "restore without a strategy".
+    one device, plain calls), as the tutorial's "restore without a strategy"; any other
+    value is a device set, read and checked as `devices.resolve` reads one.
     `data_dir` overrides the run's own (the data moved, or this is another host).
     """
     import keras
 
     from . import data as data_lib, devices, inputs
-    from .config import TrainConfig
     from .model import create_model, forward
 
-    config = TrainConfig.from_dict(runs.read_config(run_dir))
+    config = runs.saved_config(run_dir)
     newest = name is None
     name, step = find(run_dir, name)
+    device_names = None if device_names is None else devices.resolve(devices=device_names)
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
-    data = data_lib.load(data_dir or config.data_dir)
+    data = data_lib.load(data_dir or config.data_dir, saved_in=None if data_dir else Path(run_dir) / "config.json")
     n = config.test_examples
     with strategy.scope():
         model = create_model(config.model, config.l2)

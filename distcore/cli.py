@@ -471,12 +471,9 @@ def print_details(result: dict) -> None:
 
 
 def cmd_loss_check(args) -> int:
-    from .config import check_int
     from .losscheck import loss_check
 
-    names = device_names(args)
-    result = loss_check(names, check_int("global batch size", args.global_batch, high=10_000),
-                        seed=check_int("seed", args.seed, low=0), data_dir=args.data_dir)
+    result = loss_check(device_names(args), args.global_batch, seed=args.seed, data_dir=args.data_dir)
     if args.json:
         print_json(result)
     else:

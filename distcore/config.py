@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 POLICIES = ("auto", "file", "data", "off")
@@ -22,6 +25,7 @@ MAX_SPLIT_EXAMPLES = 100_000
 MAX_SPLIT_STEPS = 2_000  # a plan is for looking at: more steps than this nobody reads
 TRAIN_SIZE = 60_000
 TEST_SIZE = 10_000
+MAX_SEED = 2**31 - 1  # training's seeds; loss-check and split take the same
 
 
 class DistcoreError(Exception):
@@ -32,8 +36,15 @@ _NAME = re.compile(r"^\s*/?(?:device:)?(cpu|gpu):(\d+)\s*$", re.IGNORECASE)
 
 
 def parse_device_list(text) -> tuple[str, ...]:
-    """'cpu:0, CPU:1' -> ('cpu:0', 'cpu:1'); rejects empty, malformed and duplicate names."""
-    items = text if isinstance(text, (list, tuple)) else str(text or "").split(",")
+    """'cpu:0, CPU:1' -> ('cpu:0', 'cpu:1'); rejects empty, malformed and duplicate names.
+    Any sequence of names will do (a numpy array of them too); one string is a list of names."""
+    if text is None or isinstance(text, str):
+        items = (text or "").split(",")
+    elif isinstance(text, Iterable) and not isinstance(text, (bytes, bytearray, Mapping)):
+        items = list(text)  # (`text or ""` asked a numpy array for its truth value)
+    else:
+        raise DistcoreError(f"devices ({text!r}) must be device names, as a list such as ['cpu:0', 'cpu:1'] "
+                            "or as text such as cpu:0,cpu:1.")
     items = [str(item).strip() for item in items if str(item).strip()]
     if not items:
         raise DistcoreError("the device set is empty: name at least one device, e.g. cpu:0,cpu:1.")
@@ -83,7 +94,10 @@ def check_int(name: str, value, *, low: int = 1, high: int | None = None) -> int
         raise DistcoreError(f"{name} is empty: it must be {allowed}.")
     if isinstance(value, bool):
         raise DistcoreError(f"{name} ({value!r}) must be {allowed}.")
-    if isinstance(value, float):
+    if isinstance(value, numbers.Integral):  # numpy's integers too: stored as plain ints
+        value = int(value)
+    elif isinstance(value, numbers.Real):
+        value = float(value)
         if not math.isfinite(value) or value != int(value):
             raise DistcoreError(f"{name} ({value!r}) must be {allowed}.")
         value = int(value)
@@ -111,6 +125,35 @@ def check_float(name: str, value, *, low: float, high: float, low_open: bool = F
         bracket = "(" if low_open else "["
         raise DistcoreError(f"{name} ({value!r}) must be a finite number in {bracket}{low}, {high}].")
     return number
+
+
+def check_bool(name: str, value) -> bool:
+    """True or False (numpy's too). Text is refused: bool("false") is True."""
+    numpy_bool = getattr(getattr(value, "dtype", None), "kind", None) == "b" and getattr(value, "ndim", None) == 0
+    if isinstance(value, bool) or numpy_bool:
+        return bool(value)
+    if is_empty(value):
+        raise DistcoreError(f"{name} is empty: it must be true or false.")
+    raise DistcoreError(f"{name} ({value!r}) must be true or false (a boolean, not text or a number).")
+
+
+def data_folder(value) -> str | None:
+    """A data folder as an absolute path, or None for none. Absolute, so a run's config.json
+    names the same folder whatever folder evaluate or --resume are run from."""
+    if is_empty(value):
+        return None
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(path, str):
+        raise DistcoreError(f"data folder ({value!r}) must be a path, as text or a pathlib.Path.")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def uneven_batch(global_batch: int, replicas: int) -> DistcoreError:
+    return DistcoreError(
+        f"with distribute_datasets_from_function the global batch ({global_batch}) must "
+        f"divide evenly by the number of replicas ({replicas}); "
+        f"try {global_batch - global_batch % replicas or replicas}."
+    )
 
 
 def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
@@ -141,15 +184,15 @@ class SplitConfig:
         set_ = object.__setattr__
         set_(self, "examples", check_int("examples", self.examples, high=MAX_SPLIT_EXAMPLES))
         if self.shuffle_seed is not None:  # row numbers of Fashion-MNIST's training set
-            set_(self, "shuffle_seed", check_int("seed", self.shuffle_seed, low=0, high=2**31 - 1))
+            set_(self, "shuffle_seed", check_int("seed", self.shuffle_seed, low=0, high=MAX_SEED))
             set_(self, "examples", check_int("examples (Fashion-MNIST training rows)", self.examples, high=TRAIN_SIZE))
         set_(self, "global_batch", check_int("global batch size", self.global_batch, high=MAX_GLOBAL_BATCH))
         set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
         set_(self, "api", check_choice("input API", self.api, APIS))
         set_(self, "files", check_int("files", self.files, low=0, high=64))
         set_(self, "workers", check_int("workers", self.workers, high=16))
-        set_(self, "drop_remainder", bool(self.drop_remainder))
-        set_(self, "map_after_batch", bool(self.map_after_batch))
+        set_(self, "drop_remainder", check_bool("drop_remainder", self.drop_remainder))
+        set_(self, "map_after_batch", check_bool("map_after_batch", self.map_after_batch))
         set_(self, "devices", device_set(self.devices))
         if self.global_batch > self.examples:
             raise DistcoreError(
@@ -158,11 +201,7 @@ class SplitConfig:
             )
         replicas = len(self.devices) * self.workers
         if self.api == "function" and self.global_batch % replicas:
-            raise DistcoreError(
-                f"with distribute_datasets_from_function the global batch ({self.global_batch}) must "
-                f"divide evenly by the number of replicas ({replicas}); "
-                f"try {self.global_batch - self.global_batch % replicas or replicas}."
-            )
+            raise uneven_batch(self.global_batch, replicas)
         if self.files and self.shuffle_seed is not None:
             raise DistcoreError("source files (--files) are for the toy dataset: the Fashion-MNIST rows show "
                                 "training's own split, which writes no files of ids; set them to 0.")
@@ -214,14 +253,15 @@ class TrainConfig:
         set_(self, "global_batch", check_int("global batch size", self.global_batch, high=MAX_GLOBAL_BATCH))
         set_(self, "epochs", check_int("epochs", self.epochs, high=1000))
         set_(self, "max_steps", check_int("max steps", self.max_steps, low=0, high=10**9))
-        set_(self, "seed", check_int("seed", self.seed, low=0, high=2**31 - 1))
+        set_(self, "seed", check_int("seed", self.seed, low=0, high=MAX_SEED))
         set_(self, "steps_per_loop", check_int("steps per loop", self.steps_per_loop, high=10_000))
         set_(self, "checkpoint_every", check_int("checkpoint interval", self.checkpoint_every, low=0, high=10**9))
         set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
         set_(self, "api", check_choice("input API", self.api, APIS))
         set_(self, "train_examples", check_int("train examples", self.train_examples, high=TRAIN_SIZE))
         set_(self, "test_examples", check_int("test examples", self.test_examples, high=TEST_SIZE))
-        set_(self, "drop_remainder", bool(self.drop_remainder))
+        set_(self, "drop_remainder", check_bool("drop_remainder", self.drop_remainder))
+        set_(self, "data_dir", data_folder(self.data_dir))
         set_(self, "workers", check_int("workers", self.workers, high=64))
         if self.global_batch > self.train_examples:
             raise DistcoreError(
@@ -241,10 +281,7 @@ class TrainConfig:
                 f"{files} --examples 12 --global-batch 4`) shows what {self.policy.upper()} does."
             )
         if self.api == "function" and self.global_batch % self.replicas:
-            raise DistcoreError(
-                f"with distribute_datasets_from_function the global batch ({self.global_batch}) must "
-                f"divide evenly by the number of replicas ({self.replicas})."
-            )
+            raise uneven_batch(self.global_batch, self.replicas)
 
     @property
     def replicas(self) -> int:
@@ -265,7 +302,11 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
+        fields = dataclasses.fields(cls)
+        missing = [f.name for f in fields if f.default is dataclasses.MISSING and f.name not in data]
+        if missing:
+            raise DistcoreError(f"the configuration has no {', '.join(missing)}.")
+        names = {f.name for f in fields}
         known = {k: v for k, v in data.items() if k in names}
         return cls(**known)
 

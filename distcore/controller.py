@@ -17,7 +17,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from . import checkpoints, cluster, data as data_lib, devices, inputs, runs
-from .config import DistcoreError, TrainConfig
+from .config import DistcoreError, TrainConfig, data_folder
 from .loop import SUM, StepRunner
 from .stopping import StopFlag
 
@@ -62,6 +62,23 @@ def worker_scratch() -> Path:
     return Path(tempfile.mkdtemp(prefix=f"distcore-worker-{os.getpid()}-"))
 
 
+def locate_data(config: TrainConfig, run_dir: Path, resume: bool) -> Path:
+    """The data folder. A resume given no --data-dir reads it from the run's config.json:
+    then a missing folder is blamed on that file, not on a flag the user never passed."""
+    saved = runs.read_json(run_dir / "config.json") if resume else None
+    from_run = bool(saved) and config.data_dir is not None and data_folder(saved.get("data_dir")) == config.data_dir
+    return data_lib.locate(config.data_dir, saved_in=run_dir / "config.json" if from_run else None)
+
+
+def summary_writer(folder: Path):
+    """TensorBoard's writer into `folder`. One it cannot create (a file named logs, a folder
+    made read-only) is the user's to fix, as for checkpoints/: an error, not a traceback."""
+    try:
+        return tf.summary.create_file_writer(str(folder))
+    except tf.errors.OpError as err:
+        raise DistcoreError(f"cannot write TensorBoard logs in {folder}: {checkpoints.file_error(err)}.") from None
+
+
 # The one check of a resume lives with the run directories (no TensorFlow there), so the
 # cluster launcher and the app can make it before they start any process.
 resume_config = runs.resume_config
@@ -87,7 +104,7 @@ class Controller:
         # Found before the run directory is claimed: a mistyped --data-dir left a config.json
         # behind, and the corrected command's run "already held a run". (Read after it, so a
         # stop is honoured while the files are read.)
-        folder = data_lib.locate(config.data_dir)
+        folder = locate_data(config, self.run_dir, resume)
         self.lock = None
         self.prepare_dir(resume)
         try:
@@ -117,7 +134,7 @@ class Controller:
         self.metrics = runs.MetricsLog(self.write_dir)
         for message in fallbacks:
             self.log_event("fallback", message)
-        self.writer = tf.summary.create_file_writer(str(self.write_dir / "logs"))
+        self.writer = summary_writer(self.write_dir / "logs")
         self.test_data = test_dataset(self.strategy, config, self.data)
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
         self.first_chunk_done = False

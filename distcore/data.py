@@ -99,22 +99,26 @@ def has_files(folder: Path) -> bool:
     return all((folder / name).is_file() for name in FILES.values())
 
 
-def load(data_dir=None, download: bool | None = None) -> FashionMNIST:
+def load(data_dir=None, download: bool | None = None, saved_in=None) -> FashionMNIST:
     """Load Fashion-MNIST from the first place that has it (see the module docstring)."""
-    return read_dir(locate(data_dir, download))
+    return read_dir(locate(data_dir, download, saved_in))
 
 
-def locate(data_dir=None, download: bool | None = None) -> Path:
+def locate(data_dir=None, download: bool | None = None, saved_in=None) -> Path:
     """The first folder that has the four files (downloading them with Keras when allowed),
-    without reading them; the error says how to get the data."""
+    without reading them; the error says how to get the data. `saved_in`: the run's
+    config.json, when `data_dir` came from there and not from a --data-dir flag."""
     tried = []
     for folder in candidate_dirs(data_dir):
         if has_files(folder):
             return folder
         tried.append(str(folder))
         if data_dir and folder == Path(data_dir).expanduser():
-            missing = [n for n in FILES.values() if not (folder / n).is_file()]
-            raise DistcoreError(f"--data-dir {folder} lacks {', '.join(missing)}. {HOW_TO_GET}")
+            missing = ", ".join(n for n in FILES.values() if not (folder / n).is_file())
+            if saved_in:  # the user passed no --data-dir: say where the folder came from
+                raise DistcoreError(f"the data folder {folder}, saved in {saved_in} as the run's data_dir, lacks "
+                                    f"{missing}: pass --data-dir with a folder that has them. {HOW_TO_GET}")
+            raise DistcoreError(f"--data-dir {folder} lacks {missing}. {HOW_TO_GET}")
     if download is None:
         download = os.environ.get("DISTCORE_NO_DOWNLOAD", "") in ("", "0")
     if download:

@@ -98,8 +98,10 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
             ) from None
 
 
-def prepare(names: tuple[str, ...]) -> list[str]:
-    """Configure the process for `names` and return TF device strings for a strategy."""
+def prepare(names) -> list[str]:
+    """Configure the process for the device set `names` (any form `device_set` reads:
+    "cpu:0,cpu:1", ("CPU:0",)) and return TF device strings for a strategy."""
+    names = device_set(names)  # (TensorFlow's own checks: an IndexError, "No duplicates allowed")
     if any(name.startswith("gpu") for name in names):
         device_set(names, physical_gpu_count())  # else TensorFlow would quietly place them on the CPU
     cpu_indices = [int(n.split(":")[1]) for n in names if n.startswith("cpu")]
@@ -107,11 +109,13 @@ def prepare(names: tuple[str, ...]) -> list[str]:
     return [f"/{n.split(':')[0].upper()}:{n.split(':')[1]}" for n in names]
 
 
-def make_strategy(names: tuple[str, ...]):
+def make_strategy(names):
+    """A MirroredStrategy over `names`; callers that report the names use `resolve(devices=...)`
+    for them, as this reads them."""
     import tensorflow as tf
 
     tf_devices = prepare(names)
-    if names[0].startswith("gpu"):
+    if tf_devices[0].startswith("/GPU"):
         return tf.distribute.MirroredStrategy(devices=tf_devices)  # NCCL all-reduce
     # On CPU devices TF's default is RING collectives, whose group keys restart at 1
     # for every strategy object: two strategies of different sizes in one process

@@ -224,4 +224,7 @@ def train_records(data, train_examples: int) -> list[str]:
     try:
         return write_records(folder, data.train_images, data.train_labels)
     except OSError as err:
-        raise DistcoreError(f"cannot write the TFRecord cache in {folder} ({err}); set DISTCORE_CACHE_DIR.") from None
+        chosen = os.environ.get("DISTCORE_CACHE_DIR")  # (it said "set DISTCORE_CACHE_DIR" when it was set)
+        fix = (f"DISTCORE_CACHE_DIR is set to {chosen!r}: point it to a folder you can write" if chosen
+               else "set DISTCORE_CACHE_DIR to a folder you can write")
+        raise DistcoreError(f"cannot write the TFRecord cache in {folder} ({err.strerror or err}); {fix}.") from None

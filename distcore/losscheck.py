@@ -17,12 +17,17 @@ import keras
 import tensorflow as tf
 
 from . import data as data_lib, devices, inputs
+from .config import MAX_SEED, TEST_SIZE, check_int
 from .model import create_model, forward
 
 SUM = tf.distribute.ReduceOp.SUM
 
 
 def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None) -> dict:
+    # One batch of test images: more than the test set has would be a smaller batch than reported.
+    global_batch = check_int("global batch size", global_batch, high=TEST_SIZE)
+    seed = check_int("seed", seed, low=0, high=MAX_SEED)  # as training's (numpy's limit is 2**32 - 1)
+    device_names = devices.resolve(devices=device_names)
     strategy = devices.make_strategy(device_names)
     data = data_lib.load(data_dir)
     images, labels = inputs.normalize(data.test_images[:global_batch], data.test_labels[:global_batch])

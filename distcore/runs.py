@@ -29,6 +29,7 @@ CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
 ACTIVE_STATES = ("starting", "running", "stopping")
 EXPORT_PREFIX = "distcore-export-"
 EXPORT_KEPT_SECONDS = 3600
+NAME_MAX = 255  # bytes in one file name (Linux's filesystems); a longer one is OSError ENAMETOOLONG
 
 
 def runs_root() -> Path:
@@ -71,10 +72,22 @@ def list_runs(root) -> list[str]:
 
 
 def run_path(run_dir) -> Path:
-    """A run directory as a user gave it, refused when empty: Path("") is the current folder."""
+    """A run directory as a user gave it, refused when empty (Path("") is the current folder),
+    when a part of it is too long a name for the filesystem, or when it is a file."""
     if run_dir is None or not str(run_dir).strip():
         raise DistcoreError("the run directory is empty: name a folder for the run, e.g. runs/my-run.")
-    return Path(run_dir)
+    path = Path(run_dir)
+    for part in path.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise DistcoreError(f"the run directory's name {part[:40]!r}… is {len(os.fsencode(part))} bytes long; "
+                                f"a folder's name can have at most {NAME_MAX}: choose a shorter one.")
+    try:
+        is_file = path.exists() and not path.is_dir()
+    except OSError as err:  # a path longer than the system takes
+        raise DistcoreError(f"the run directory {str(path)[:60]!r}… cannot be used: {err.strerror}.") from None
+    if is_file:
+        raise DistcoreError(f"the run directory {path} is a file, not a folder: name a folder for the run.")
+    return path
 
 
 def check_new(run_dir) -> None:
@@ -179,6 +192,17 @@ def read_config(run_dir) -> dict:
     return data
 
 
+def saved_config(run_dir) -> TrainConfig:
+    """The run's TrainConfig, read from its config.json; a file that does not make one
+    (a field missing, a value out of range) is called damaged, naming what is wrong."""
+    data = read_config(run_dir)
+    try:
+        return TrainConfig.from_dict(data)
+    except DistcoreError as err:
+        raise DistcoreError(f"{run_path(run_dir) / 'config.json'} is incomplete or damaged: {err} Restore the "
+                            "file, or start a new run.") from None
+
+
 def ended_before_training(run_dir) -> str | None:
     """'run X was stopped (or failed) before training began and saved nothing' for a run that
     ended before writing its config.json (it never will have a checkpoint), else None."""
@@ -199,7 +223,7 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
     checkpoints mean something else (model, batch, optimizer, ...), and a resume that
     leaves nothing to train. Needs no TensorFlow.
     """
-    saved = TrainConfig.from_dict(read_config(run_dir))
+    saved = saved_config(run_dir)
     overrides = overrides or {}
     try:
         wanted = saved.replace(**overrides)

@@ -115,3 +115,13 @@ def test_bad_replica_list_is_a_user_error():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "comma-separated" in json.loads(proc.stdout)["error"]
+
+
+def test_a_replica_count_over_the_limit_names_the_limit(capsys):
+    # Issue: --replicas 17 said "must be a comma-separated list of counts, e.g. 1,2,4", not what the limit is.
+    from distcore import cli
+
+    assert cli.main(["bench", "--replicas", "1,17", "--json"]) == 2
+    assert json.loads(capsys.readouterr()[0])["error"] == (
+        "--replicas ('1,17') must be a comma-separated list of counts from 1 to 16 (the logical CPU devices a "
+        "process can have), e.g. 1,2,4.")

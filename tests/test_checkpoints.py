@@ -1,6 +1,10 @@
 """A checkpoint trained on 2 replicas evaluates the same on none, 1, 2, 3 or 5."""
 
+import re
+import subprocess
+
 import pytest
+import tensorflow as tf
 
 from conftest import cpus
 from distcore import checkpoints, runs
@@ -68,3 +72,56 @@ def test_a_checkpoint_of_another_model_is_refused(trained_run, tmp_path):
     runs.write_json_atomic(other / "config.json", {**config, "model": "mlp"})
     with pytest.raises(DistcoreError, match="cannot be restored into this model"):
         checkpoints.evaluate(other, "ckpt-400")
+
+
+def test_a_save_that_the_os_refuses_says_why_without_tensorflows_wrapping(tmp_path):
+    # Issue: "could not save a checkpoint in ro4/checkpoints: {{function_node __wrapped__SaveV2_dtypes_35_
+    # device_/job:localhost/...}} ro4/checkpoints/ckpt-10_temp; Operation not permitted [Op:SaveV2]".
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    saver = checkpoints.Saver(tf.train.Checkpoint(v=tf.Variable(1.0)), folder)
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        pytest.skip("needs root and a filesystem that has chattr +i")
+    try:
+        with pytest.raises(DistcoreError) as caught:
+            saver.save(10)
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)])
+    assert str(caught.value) == f"could not save a checkpoint in {folder}: Operation not permitted."
+
+
+def test_damaged_files_are_called_damaged_and_the_fallback_note_reads_as_one_sentence(tmp_path):
+    # Issue: a truncated .data file was "cannot be restored into this model (Read less bytes than
+    # requested)", as if the model differed, and the note read "skipped ckpt-32: … requested).; ckpt-30: …".
+    saver = checkpoints.Saver(tf.train.Checkpoint(v=tf.Variable(tf.zeros(1000))), tmp_path / "checkpoints")
+    for step in (1, 2, 3):
+        saver.save(step)
+    for step in (2, 3):
+        data_file = next((tmp_path / "checkpoints").glob(f"ckpt-{step}.data-*"))
+        data_file.write_bytes(data_file.read_bytes()[:100])
+    notes = []
+    assert saver.restore_latest(notes.append) == "ckpt-1"
+    assert re.fullmatch(r"restored ckpt-1, the newest intact checkpoint; skipped ckpt-3: checkpoint ckpt-3's "
+                        r"files are damaged or incomplete \(.+\); ckpt-2: checkpoint ckpt-2's files are damaged "
+                        r"or incomplete \(.+\)\.", notes[0])
+    assert ".;" not in notes[0] and "into this model" not in notes[0]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from distcore.config import TrainConfig
+    from distcore.controller import Controller
+
+    run_dir = tmp_path_factory.mktemp("tiny") / "r"
+    Controller(TrainConfig(devices=cpus(2), train_examples=640, test_examples=200, max_steps=2), run_dir).run()
+    return run_dir
+
+
+def test_evaluate_reads_its_devices_as_a_device_set_and_reports_them_normalised(tiny_run):
+    # Issue: "cpu:0,cpu:1" (as TrainConfig takes it) raised an IndexError, ("cpu:0", "cpu:0") TensorFlow's
+    # "No duplicates allowed", and ("CPU:0",) was reported back as given.
+    assert checkpoints.evaluate(tiny_run, None, "cpu:0,cpu:1")["devices"] == ["cpu:0", "cpu:1"]
+    assert checkpoints.evaluate(tiny_run, None, ("CPU:0",))["devices"] == ["cpu:0"]
+    for bad, message in [(("cpu:0", "cpu:0"), "device cpu:0 is listed twice"), ((), "the device set is empty")]:
+        with pytest.raises(DistcoreError, match=message):
+            checkpoints.evaluate(tiny_run, None, bad)

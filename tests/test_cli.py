@@ -203,7 +203,7 @@ def test_the_cluster_launcher_refuses_what_its_workers_would_refuse_before_start
     result = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "new"), "--global-batch", "3",
                  "--api", "function", timeout=60)
     assert result.returncode == 2 and "worker" not in result.stderr and "resume" not in result.stderr
-    assert result.stderr.strip().endswith("the global batch (3) must divide evenly by the number of replicas (2).")
+    assert result.stderr.strip().endswith("the global batch (3) must divide evenly by the number of replicas (2); try 2.")
     assert not (tmp_path / "new").exists()
 
 
@@ -244,3 +244,32 @@ def test_a_clusters_run_resumes_in_one_process_and_evaluate_says_what_it_restore
     matrix = out[out.index("confusion matrix (rows: true class, columns: predicted class 0-9)") + 1:][:10]
     assert sum(int(n) for row in matrix for n in row.split()[-10:]) == 200  # every test image once
     assert len([line for line in out if line.startswith("#")]) == 16
+
+
+def test_the_planner_refuses_drop_remainder_given_as_text():
+    # Issue: {"drop_remainder": "false"} planned with drop_remainder on (bool("false") is True).
+    requests = [{"examples": 6, "global_batch": 4, "replicas": 2, "drop_remainder": "false"},
+                {"examples": 6, "global_batch": 4, "replicas": 2, "drop_remainder": False}]
+    run = subprocess.run([sys.executable, "-m", "distcore", "planner"], cwd=ROOT, capture_output=True, text=True,
+                         input="".join(json.dumps(r) + "\n" for r in requests), timeout=300, check=True)
+    ready, refused, planned = [json.loads(line) for line in run.stdout.splitlines()]
+    assert refused == {"error": "drop_remainder ('false') must be true or false (a boolean, not text or a number)."}
+    assert planned["drop_remainder"] is False and planned["steps"][-1] == [[4], [5]]
+
+
+def test_a_resume_that_cannot_write_its_logs_fails_with_exit_2_and_says_so_in_its_status(tmp_path):
+    # Issue: a CreateSummaryFileWriter traceback, exit 1, and status.json left "starting" with a dead pid.
+    from distcore.config import TrainConfig
+    from distcore.controller import Controller
+
+    run_dir = tmp_path / "r"
+    config = TrainConfig(devices=cpus(2), epochs=1, train_examples=640, test_examples=200, max_steps=2)
+    Controller(config, run_dir).run()
+    shutil.rmtree(run_dir / "logs")
+    (run_dir / "logs").write_text("a file where TensorBoard's folder goes")
+    result = cli("train", "--run-dir", str(run_dir), "--resume", "--max-steps", "4", "--json", timeout=120)
+    message = f"cannot write TensorBoard logs in {run_dir / 'logs'}: Not a directory."
+    assert result.returncode == 2 and json.loads(result.stdout.splitlines()[-1]) == {"error": message}
+    assert "Traceback" not in result.stderr
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["message"]) == ("failed", message)

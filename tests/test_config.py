@@ -1,5 +1,8 @@
+import json
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
@@ -123,3 +126,53 @@ def test_split_config_either_validates_or_says_why(examples, batch, files):
         assert str(err)[0].isalnum() and len(str(err)) < 300
         return
     assert 1 <= config.global_batch <= config.examples and -(-config.examples // config.global_batch) <= 2000
+
+
+def test_numpy_integers_and_device_arrays_are_read_as_plain_values():
+    # Issue: np.int64(64) was refused as "global batch size (np.int64(64)) must be a whole number from 1
+    # to 65536", and a numpy array of device names raised "truth value of an array is ambiguous".
+    config = TrainConfig(devices=np.array(["cpu:0", "cpu:1"]), global_batch=np.int64(64), epochs=np.int32(2),
+                         seed=np.uint16(3))
+    assert (config.devices, config.global_batch, config.epochs, config.seed) == (CPUS2, 64, 2, 3)
+    assert type(config.global_batch) is int and json.loads(json.dumps(config.to_dict()))["global_batch"] == 64
+    split = SplitConfig(examples=np.int64(8), global_batch=np.int8(4), devices=np.array(["cpu:0"]))
+    assert (split.examples, split.global_batch, split.devices) == (8, 4, ("cpu:0",))
+    with pytest.raises(DistcoreError, match=r"global batch size \(0\) must be a whole number from 1 to 65536"):
+        TrainConfig(devices=CPUS2, global_batch=np.int64(0))
+    with pytest.raises(DistcoreError, match=r"^devices \(5\) must be device names, as a list"):
+        TrainConfig(devices=5)
+
+
+@pytest.mark.parametrize("value", ["False", "false", "", 0, 1, None])
+def test_drop_remainder_must_be_true_or_false(value):
+    # Issue: drop_remainder="False" was read as True (bool("False")), in TrainConfig and in the planner.
+    for make in (lambda: TrainConfig(devices=CPUS2, drop_remainder=value),
+                 lambda: SplitConfig(examples=8, global_batch=4, devices=CPUS2, drop_remainder=value),
+                 lambda: SplitConfig(examples=8, global_batch=4, devices=CPUS2, map_after_batch=value)):
+        with pytest.raises(DistcoreError, match=r"^(drop_remainder|map_after_batch) .*must be true or false"):
+            make()
+    assert TrainConfig(devices=CPUS2, drop_remainder=np.bool_(True)).drop_remainder is True
+
+
+def test_both_configs_suggest_a_batch_that_divides_by_the_replicas():
+    # Issue: TrainConfig's message named no batch that would do; SplitConfig's said "try 63".
+    cpus3 = ("cpu:0", "cpu:1", "cpu:2")
+    with pytest.raises(DistcoreError) as train:
+        TrainConfig(devices=cpus3, global_batch=64, api="function")
+    with pytest.raises(DistcoreError) as split:
+        SplitConfig(examples=640, global_batch=64, devices=cpus3, api="function")
+    assert str(train.value) == str(split.value) == (
+        "with distribute_datasets_from_function the global batch (64) must divide evenly by the number "
+        "of replicas (3); try 63.")
+
+
+def test_a_data_dir_is_kept_as_an_absolute_path_in_text(tmp_path, monkeypatch):
+    # Issue: data_dir=Path(...) was accepted, then writing config.json failed ("Object of type PosixPath
+    # is not JSON serializable"); a relative one was saved relative, so it broke from another folder.
+    monkeypatch.chdir(tmp_path)
+    assert TrainConfig(devices=CPUS2, data_dir=Path("dcopy")).data_dir == str(tmp_path / "dcopy")
+    assert json.loads(json.dumps(TrainConfig(devices=CPUS2, data_dir="d/../e").to_dict()))["data_dir"] == str(tmp_path / "e")
+    assert TrainConfig(devices=CPUS2, data_dir="~/fm").data_dir == str(Path.home() / "fm")
+    assert TrainConfig(devices=CPUS2, data_dir="").data_dir is None
+    with pytest.raises(DistcoreError, match=r"^data folder \(5\) must be a path"):
+        TrainConfig(devices=CPUS2, data_dir=5)

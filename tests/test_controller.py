@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import cpus
-from distcore import checkpoints, inputs, runs
+from distcore import checkpoints, data, inputs, runs
 from distcore.config import DistcoreError, TrainConfig
 from distcore.controller import (Controller, StopFlag, failure_message, remaining_test_passes, resume_config,
                                  train_examples, worker_scratch)
@@ -326,3 +327,39 @@ def test_a_mistyped_data_dir_leaves_no_run_behind(tmp_path):
         Controller(config.replace(data_dir=str(tmp_path / "no-such-folder")), tmp_path / "run")
     assert not (tmp_path / "run" / "config.json").exists()
     assert Controller(config, tmp_path / "run").run()["state"] == "finished"
+
+
+def test_a_relative_data_dir_resumes_from_anywhere_and_a_missing_one_is_blamed_on_config_json(
+        tmp_path, monkeypatch, fmnist):
+    # Issue: config.json kept --data-dir dcopy as given, so --resume and evaluate from another folder
+    # failed with "--data-dir dcopy lacks ...", blaming a flag the user never passed.
+    copy = tmp_path / "dcopy"
+    copy.mkdir()
+    for name in data.FILES.values():
+        (copy / name).symlink_to(Path(fmnist.source) / name)
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "r"
+    Controller(small(epochs=1, max_steps=2, data_dir="dcopy"), run_dir).run()
+    assert runs.read_config(run_dir)["data_dir"] == str(copy)
+    monkeypatch.chdir(run_dir)  # another folder
+    assert Controller(resume_config(run_dir, {"max_steps": 4}), run_dir, resume=True).run()["step"] == 4
+    shutil.rmtree(copy)
+    expected = (f"the data folder {copy}, saved in {run_dir / 'config.json'} as the run's data_dir, lacks "
+                f"{', '.join(data.FILES.values())}: pass --data-dir with a folder that has them.")
+    with pytest.raises(DistcoreError) as resumed:
+        Controller(resume_config(run_dir, {"max_steps": 6}), run_dir, resume=True)
+    with pytest.raises(DistcoreError) as evaluated:
+        checkpoints.evaluate(run_dir, None)
+    assert str(resumed.value).startswith(expected) and str(evaluated.value).startswith(expected)
+    with pytest.raises(DistcoreError, match=f"^--data-dir {tmp_path / 'elsewhere'} lacks"):  # a flag given
+        Controller(resume_config(run_dir, {"max_steps": 6, "data_dir": "../elsewhere"}), run_dir, resume=True)
+
+
+def test_a_logs_folder_that_cannot_be_written_is_a_clear_error(tmp_path):
+    # Issue: a PermissionDeniedError / FailedPreconditionError traceback from CreateSummaryFileWriter.
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "logs").write_text("a file where TensorBoard's folder goes")
+    with pytest.raises(DistcoreError) as caught:
+        Controller(small(max_steps=1), run_dir)
+    assert str(caught.value) == f"cannot write TensorBoard logs in {run_dir / 'logs'}: Not a directory."

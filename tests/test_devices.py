@@ -81,3 +81,11 @@ def test_a_two_replica_process_gives_each_op_its_share_and_a_users_setting_wins(
     share = devices.intra_op_threads(2)
     assert threads_in_a_fresh_process() == [share, share]
     assert threads_in_a_fresh_process("3") == [3, 0]  # TensorFlow reads the variable itself
+
+
+def test_a_strategy_reads_its_devices_as_a_device_set():
+    # Issue: "cpu:0,cpu:1" raised an IndexError in prepare, ("cpu:0", "cpu:0") TensorFlow's
+    # "AssertionError: No duplicates allowed".
+    assert devices.make_strategy("CPU:0, cpu:1").num_replicas_in_sync == 2
+    with pytest.raises(DistcoreError, match="device cpu:0 is listed twice"):
+        devices.make_strategy(("cpu:0", "cpu:0"))

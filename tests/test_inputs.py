@@ -58,3 +58,23 @@ def test_the_tfrecord_cache_belongs_to_the_data_it_was_written_from(tmp_path, mo
     assert (read[0] == first.train_images).all() and (read[1] == second.train_images).all()
     assert inputs.train_records(first, 40) == inputs.train_records(Data(first.train_images.copy()), 40)
     assert len(list(tmp_path.iterdir())) == 2  # the same content is written once
+
+
+def test_an_unusable_cache_dir_is_named_as_set_or_not(fmnist, tmp_path, monkeypatch):
+    # Issue: the error ended "; set DISTCORE_CACHE_DIR." even when it was set (to the folder that failed).
+    from distcore import data
+    from distcore.config import DistcoreError
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    few = data.subset(fmnist, 16, 16)
+    monkeypatch.setenv("DISTCORE_CACHE_DIR", str(afile))
+    with pytest.raises(DistcoreError) as caught:
+        inputs.train_records(few, 16)
+    assert str(caught.value).startswith(f"cannot write the TFRecord cache in {afile}/fashion-mnist-train-16-")
+    assert str(caught.value).endswith(f"(Not a directory); DISTCORE_CACHE_DIR is set to '{afile}': point it to a "
+                                      "folder you can write.")
+    monkeypatch.delenv("DISTCORE_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(afile))  # the default, ~/.cache/distcore
+    with pytest.raises(DistcoreError, match=r"\(Not a directory\); set DISTCORE_CACHE_DIR to a folder you can write\.$"):
+        inputs.train_records(few, 16)

@@ -78,3 +78,42 @@ def test_an_export_removes_exports_older_than_an_hour_and_keeps_newer_ones(tmp_p
     assert not first.exists()  # its files were long since copied into Gradio's cache
     assert second.is_dir() and third.is_dir() and other.is_dir()
     assert {second.parent, third.parent} == {tmp_path} and second != third
+
+
+@pytest.mark.parametrize("saved,problem", [({}, "the configuration has no devices."),
+                                           ({"devices": ["cpu:0"], "global_batch": "x"}, "global batch size ('x')")])
+def test_a_config_json_that_makes_no_configuration_is_called_damaged(tmp_path, capsys, saved, problem):
+    # Issue: `echo '{}' > RUN/config.json`, then evaluate or train --resume: a TypeError traceback
+    # ("TrainConfig.__init__() missing 1 required positional argument: 'devices'").
+    from distcore import cli
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    for command in ("evaluate", "train --resume"):
+        assert cli.main([*command.split(), "--run-dir", str(run_dir), "--json"]) == 2
+        out, err = capsys.readouterr()
+        assert json.loads(out)["error"] == err.strip().removeprefix("error: ")
+        assert err.startswith(f"error: {run_dir / 'config.json'} is incomplete or damaged: {problem}")
+        assert err.strip().endswith("Restore the file, or start a new run.")
+
+
+def test_a_run_dir_too_long_for_the_filesystem_or_that_is_a_file_is_refused(tmp_path, capsys):
+    # Issue: a name over 255 characters raised "OSError: [Errno 36] File name too long" from
+    # stopping.announce; a file was "cannot write to the run directory afile: File exists."
+    from distcore import cli
+
+    (tmp_path / "afile").write_text("")
+    long_name = tmp_path / ("a" * 256)
+    for command in ("train", "train --resume", "evaluate"):
+        assert cli.main([*command.split(), "--run-dir", str(long_name), "--json"]) == 2
+        assert json.loads(capsys.readouterr()[0])["error"] == (
+            f"argument --run-dir: the run directory's name {'a' * 40!r}… is 256 bytes long; a folder's name can "
+            "have at most 255: choose a shorter one.")
+        assert cli.main([*command.split(), "--run-dir", str(tmp_path / "afile"), "--json"]) == 2
+        assert json.loads(capsys.readouterr()[0])["error"] == (
+            f"argument --run-dir: the run directory {tmp_path / 'afile'} is a file, not a folder: name a folder "
+            "for the run.")
+    with pytest.raises(DistcoreError, match="cannot be used: File name too long"):
+        runs.run_path("/".join(["b" * 200] * 30))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
