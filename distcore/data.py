@@ -113,12 +113,14 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None) -> Path:
         if has_files(folder):
             return folder
         tried.append(str(folder))
-        if data_dir and folder == Path(data_dir).expanduser():
+        named = data_dir or os.environ.get("DISTCORE_DATA_DIR")  # a folder asked for is not passed over
+        if named and folder == Path(named).expanduser():
             missing = ", ".join(n for n in FILES.values() if not (folder / n).is_file())
             if saved_in:  # the user passed no --data-dir: say where the folder came from
                 raise DistcoreError(f"the data folder {folder}, saved in {saved_in} as the run's data_dir, lacks "
                                     f"{missing}: pass --data-dir with a folder that has them. {HOW_TO_GET}")
-            raise DistcoreError(f"--data-dir {folder} lacks {missing}. {HOW_TO_GET}")
+            raise DistcoreError(f"{'--data-dir' if data_dir else '$DISTCORE_DATA_DIR'} {folder} lacks {missing}. "
+                                f"{HOW_TO_GET}")
     if download is None:
         download = os.environ.get("DISTCORE_NO_DOWNLOAD", "") in ("", "0")
     if download:

@@ -47,9 +47,13 @@ def test_search_order_keras_cache_before_debian(fmnist, tmp_path, monkeypatch):
     assert data.load().source == str(cache)
 
 
-def test_an_explicit_folder_missing_files_is_an_error_not_a_fallback(tmp_path):
+def test_an_explicit_folder_missing_files_is_an_error_not_a_fallback(tmp_path, monkeypatch):
     with pytest.raises(DistcoreError, match="lacks train-images"):
         data.load(tmp_path)
+    # The variable too: a mistyped one trained on Debian's copy without a word.
+    monkeypatch.setenv("DISTCORE_DATA_DIR", str(tmp_path))
+    with pytest.raises(DistcoreError, match=rf"^\$DISTCORE_DATA_DIR {tmp_path} lacks train-images"):
+        data.locate()
 
 
 def test_truncated_file_is_refused(fmnist, tmp_path):
