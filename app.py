@@ -780,6 +780,9 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
     # delete_cache: exports and gallery images in Gradio's cache go after a day.
     with gr.Blocks(title="distcore", delete_cache=(3600, 86400)) as demo:
         gr.Markdown(header_md(settings))
+        # Outside the tabs: Gradio renders a tab's components once it is first opened, and a
+        # timer inside 2 · Train left a page opened straight onto 3 · Evaluate never updated.
+        timer = gr.Timer(settings.poll_seconds)
         with gr.Accordion("About: what this shows, and where TensorFlow changed", open=False):
             gr.Markdown(ABOUT.format(tf=settings.tensorflow, root=settings.runs_root,
                                      max_jobs=settings.max_jobs))
@@ -787,7 +790,7 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
             with gr.Tab("1 · Setup & split"):
                 setup = _setup_tab(settings, planner, bind)
             with gr.Tab("2 · Train") as train_tab:
-                train = _train_tab(settings, lock, setup, bind)
+                train = _train_tab(settings, lock, setup, bind, timer)
             with gr.Tab("3 · Evaluate"):
                 evaluate_ui = _evaluate_tab(settings, bind)
             with gr.Tab("4 · Loss scaling"):
@@ -801,7 +804,7 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
         evaluate_ui["run"].input(lambda name: [name, None], evaluate_ui["run"], chosen)
         evaluate_ui["checkpoint"].input(lambda name, ckpt: [name, ckpt],
                                         [evaluate_ui["run"], evaluate_ui["checkpoint"]], chosen)
-        train["timer"].tick(bind(poll_lists, settings),
+        timer.tick(bind(poll_lists, settings),
                             [train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists, chosen],
                             [train["run"], train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
                             show_progress="hidden", concurrency_limit=8, api_name="poll_lists")
@@ -943,7 +946,7 @@ def _train_form(setup: dict) -> list:
     return [setup[k] for k in keys]
 
 
-def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
+def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> dict:
     ui = {}
     gr.Markdown("Training runs in its own process and keeps going if you close the page. "
                 "**Stop training** stops at the end of the current loop of *Steps per loop* steps "
@@ -977,7 +980,6 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
         ui["files"] = gr.File(label="Files", file_count="multiple", interactive=False)
         ui["export_msg"] = gr.Markdown()
     sig = gr.State(None)  # per session: what the plots currently show
-    timer = gr.Timer(settings.poll_seconds)
     view = [ui["status"], ui["loss_plot"], ui["epoch_plot"], ui["logs"]]
     # Explicit api_names: stable endpoints for gradio_client (tests/test_many_users.py).
     recent = gr.State(None)  # per session: its last start with an empty name (start_click)
@@ -997,7 +999,6 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind) -> dict:
     ui["labels"] = gr.State(None)  # per session: the run picker's labels (polled with Evaluate's, poll_lists)
     export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]],
                  api_name="export_run")
-    ui["timer"] = timer
     return ui
 
 

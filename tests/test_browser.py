@@ -220,3 +220,20 @@ def test_a_runs_settings_fill_in_setup_and_outlive_a_reload(server, page, tmp_pa
         expect(page.get_by_label(label, exact=True)).to_have_value(value)
     expect(page.locator("#dc-devices-count").get_by_label("3", exact=True)).to_be_checked()
     expect(page.get_by_text("Per-replica batch: 32")).to_be_visible()
+
+
+def test_evaluate_opened_first_follows_a_new_run(server, page, tmp_path):
+    # The poll timer sat in 2 · Train, which Gradio renders only once opened: a page opened
+    # straight onto 3 · Evaluate never saw a run start or finish.
+    from distcore.config import TrainConfig
+
+    page.goto(server)
+    page.get_by_role("tab", name="3 · Evaluate").click()
+    page.wait_for_timeout(2000)
+    run = tmp_path / "runs" / "fresh"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(TrainConfig(devices=("cpu:0",)).to_dict()))
+    (run / "status.json").write_text(json.dumps({"state": "stopped", "step": 5}))
+    (run / "checkpoints" / "ckpt-5.index").write_text("")
+    expect(page.get_by_role("combobox", name="Run", exact=True)).to_have_value("fresh (stopped)", timeout=30_000)
+    expect(page.get_by_role("combobox", name="Checkpoint", exact=True)).to_have_value("ckpt-5", timeout=30_000)
