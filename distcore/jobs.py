@@ -129,9 +129,14 @@ def shutting_down(run_dir, label: str, pid: int) -> str | None:
     """The refusal for a run whose status is final while its process `pid` still lives, else None.
     A cluster's launcher outlives the chief's "stopped" by seconds (it waits for its workers
     to exit); "already training" was untrue of such a run."""
-    state = (runs.read_status(run_dir) or {}).get("state")
-    if state not in ("stopped", "finished", "failed"):
+    status = runs.read_status(run_dir) or {}
+    if status.get("state") not in ("stopped", "finished", "failed"):
         return None
+    # Written before this process was launched: it is the previous process's last word, and
+    # this one is starting (a second click on Resume was told the new run was "shutting down").
+    if status.get("time", 0) < (runs.read_json(Path(run_dir) / JOB_FILE) or {}).get("started", 0):
+        return None
+    state = status["state"]
     return (f"{label} has {state}, but its process {pid} is still shutting down (a cluster waits for its "
             "workers to exit); try again in a few seconds.")
 

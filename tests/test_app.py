@@ -608,6 +608,11 @@ def test_resume_of_a_stopped_cluster_still_exiting_says_to_wait(settings, launch
         # Told before the job limit (1 here), which counts the exiting process as a job.
         text, _ = app.resume_run(settings, threading.Lock(), "pair", *form(workers=2, train_examples=6000, epochs=2))
         assert is_error(text) and "has stopped, but its process" in text and "try again in a few seconds" in text
+        # A process launched after that status was written is a resume starting, not one exiting
+        # (a second click on Resume was told to try again).
+        (run / jobs.JOB_FILE).write_text(json.dumps({"pid": proc.pid, "started": time.time()}))
+        text, _ = app.resume_run(settings, threading.Lock(), "pair", *form(workers=2, train_examples=6000, epochs=2))
+        assert is_error(text) and "run 'pair' is already training" in text
         assert launches == []
     finally:
         proc.kill()
