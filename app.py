@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import html
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ import numpy as np
 
 from distcore import data, jobs, plots, runs
 from distcore import devices as devmod
-from distcore.config import (MAX_GLOBAL_BATCH, MAX_SPLIT_EXAMPLES, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
+from distcore.config import (MAX_GLOBAL_BATCH, MAX_SEED, MAX_SPLIT_EXAMPLES, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
                              DistcoreError, SplitConfig, TrainConfig, check_int)
 
 POLICY_CHOICES = tuple((p.upper(), p) for p in POLICIES)
@@ -110,7 +111,9 @@ def fallback_devices() -> dict:
 # ---------------------------------------------------------------- formatting
 
 def error_md(err) -> str:
-    return f"<div class='dc-error'>⚠️ <b>{err}</b></div>"
+    """A message for people, in red. Escaped: it may quote what was typed (a run name of
+    `<img src=x onerror=...>` rendered as an image and a live link)."""
+    return f"<div class='dc-error'>⚠️ <b>{html.escape(str(err), quote=False)}</b></div>"
 
 
 def eta_text(seconds) -> str:
@@ -704,7 +707,7 @@ def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, 
             settings, cpu_count, gpu_boxes)
         args = ["loss-check", *device_args(names), "--global-batch",
                 str(check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)),
-                "--seed", str(check_int("seed", seed, low=0))]
+                "--seed", str(check_int("seed", 0 if seed is None else seed, low=0, high=MAX_SEED))]  # as Setup's
         r = jobs.run_cli_json(args, timeout=600)
     except DistcoreError as e:
         return error_md(e)

@@ -134,6 +134,16 @@ def test_start_run_refuses_malicious_names(settings, name):
     assert not any(settings.runs_root.iterdir())
 
 
+def test_what_was_typed_is_shown_as_text_not_html(settings):
+    # A run name of <img src=x onerror=...> rendered as an image in its own refusal.
+    text, _ = app.start_run(settings, threading.Lock(), "<img src=x onerror=alert(1)>", *form())
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text and "<img" not in text
+    # An empty loss-scaling seed is 0, as Setup's is, within the same range.
+    assert app.loss_check(settings, 1, [], 8, 2**31) == app.error_md(
+        "seed (2147483648) must be a whole number from 0 to 2147483647.")
+    assert "Single device (reference)" in app.loss_check(settings, 1, [], 8, None)
+
+
 @pytest.mark.parametrize("name", BAD_NAMES + ["no-such-run"])
 def test_run_handlers_refuse_bad_or_unknown_names(settings, name):
     assert is_error(app.stop_run(settings, name))
@@ -565,7 +575,7 @@ def test_resume_takes_the_setup_forms_resumable_fields_and_refuses_the_others(se
                                                          train_examples=6000, max_steps=0))
     assert is_error(text) and launches == []
     assert ("Setup differs from run ra in model (the run: cnn, Setup: mlp), global batch size (the run: 64, "
-            "Setup: 128)") in text and "set these back in 1 · Setup & split" in text and "start a new run" in text
+            "Setup: 128)") in text and "set these back in 1 · Setup &amp; split" in text and "start a new run" in text
     text, _ = app.resume_run(settings, lock, "ra", *form(count=3, epochs=3, train_examples=6000, max_steps=0,
                                                          steps_per_loop=10, ckpt_every=30))
     assert "Resuming **ra** from ckpt-94, with epochs 1 → 3, steps per loop 5 → 10" in text
