@@ -745,7 +745,10 @@ CSS = """
 /* Nor for a replica's device under its name, once plotly turns the names upright: the two
    lines of each ran into the next replica's. The hover names the device. */
 @media (max-width: 640px) {
-  #dc-split:has(.xaxislayer-above > .xtick:nth-of-type(5)) .xtick tspan.line + tspan.line { display: none; } }
+  #dc-split:has(.xaxislayer-above > .xtick:nth-of-type(5)) .xtick tspan.line + tspan.line { display: none; }
+  /* The loss table's numbers on one line each (they broke into three), its method readable. */
+  #dc-loss td:not(:first-child) { white-space: nowrap; }
+  #dc-loss td:first-child { min-width: 9em; } }
 """
 
 
@@ -1050,7 +1053,7 @@ def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
         "**1 · Setup & split**.")
     seed = gr.Number(value=0, label="Seed (which batch and initial weights)")
     button = gr.Button("Check loss scaling", variant="primary")
-    result = gr.Markdown()
+    result = gr.Markdown(elem_id="dc-loss")
     button.click(bind(loss_check, settings), [setup["count"], setup["boxes"], setup["batch"], seed,
                                               setup["workers"]], result)
 
