@@ -1051,7 +1051,7 @@ def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
         "the **global** batch size, then SUM over replicas. This runs one global batch both "
         "ways, plus the two classic mistakes, using the devices and global batch from "
         "**1 · Setup & split**.")
-    seed = gr.Number(value=0, label="Seed (which batch and initial weights)")
+    seed = gr.Number(value=0, label="Seed (the initial weights; the batch is the first G test images)")
     button = gr.Button("Check loss scaling", variant="primary")
     result = gr.Markdown(elem_id="dc-loss")
     button.click(bind(loss_check, settings), [setup["count"], setup["boxes"], setup["batch"], seed,

@@ -48,9 +48,10 @@ def run_dir_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def add_devices(parser, required: bool = False):
+def add_devices(parser, required: bool = False, default_replicas: int = 2):
     group = parser.add_mutually_exclusive_group(required=required)
-    group.add_argument("--replicas", help="number of replicas (GPUs if there are enough, else logical CPUs)")
+    group.add_argument("--replicas", help="number of replicas (GPUs if there are enough, else logical CPUs; "
+                                          f"default {default_replicas})")
     group.add_argument("--devices", help="explicit device list, e.g. cpu:0,cpu:1 or gpu:0,gpu:1")
     return group
 
@@ -121,20 +122,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replicas in each worker: 1 on CPU; on GPUs, this many GPUs per worker")
 
     p = sub.add_parser("evaluate", help="restore a checkpoint and evaluate it on the test set")
-    p.add_argument("--run-dir", required=True, type=run_dir_arg)
-    p.add_argument("--checkpoint", help="checkpoint name, e.g. ckpt-500 (default: the newest)")
-    group = add_devices(p)
+    p.add_argument("--run-dir", required=True, type=run_dir_arg, help="the run directory to evaluate")
+    p.add_argument("--checkpoint", help="checkpoint name, e.g. ckpt-500 (default: the newest intact one)")
+    group = add_devices(p, default_replicas=1)  # (a MirroredStrategy on one device; --no-strategy: none)
     group.add_argument("--no-strategy", action="store_true", help="restore and evaluate with no strategy")
     p.add_argument("--details", action="store_true", help="add a confusion matrix and sample predictions")
     p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files (default: the run's)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("loss-check", help="one batch's loss: single device vs distributed vs two mistakes")
     add_devices(p)
-    p.add_argument("--global-batch", default="64")
-    p.add_argument("--seed", default="0")
-    p.add_argument("--data-dir")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--global-batch", default="64", help="global batch size, the first G test images (default 64)")
+    p.add_argument("--seed", default="0", help="seed for the model's initial weights (default 0)")
+    p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("bench", help="throughput vs the tutorial loop and Keras fit, memory, latency")
     from .bench import add_arguments as add_bench_arguments  # no TensorFlow at import

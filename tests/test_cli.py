@@ -273,3 +273,10 @@ def test_a_resume_that_cannot_write_its_logs_fails_with_exit_2_and_says_so_in_it
     assert "Traceback" not in result.stderr
     status = runs.read_status(run_dir)
     assert (status["state"], status["message"]) == ("failed", message)
+
+
+def test_help_states_each_commands_default_device_set():
+    # It never said how many replicas a command uses when given none.
+    assert "logical CPUs; default 2)" in " ".join(cli("loss-check", "--help").stdout.split())
+    evaluate = " ".join(cli("evaluate", "--help").stdout.split())
+    assert "logical CPUs; default 1)" in evaluate and "--json print one JSON object" in evaluate
