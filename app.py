@@ -792,15 +792,16 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
         with gr.Accordion("About: what this shows, and where TensorFlow changed", open=False):
             gr.Markdown(ABOUT.format(tf=settings.tensorflow, root=settings.runs_root,
                                      max_jobs=settings.max_jobs))
-        with gr.Tabs():
-            with gr.Tab("1 · Setup & split"):
+        with gr.Tabs() as tabs:
+            with gr.Tab("1 · Setup & split", id=TABS[0]) as setup_tab:
                 setup = _setup_tab(settings, planner, bind)
-            with gr.Tab("2 · Train") as train_tab:
+            with gr.Tab("2 · Train", id=TABS[1]) as train_tab:
                 train = _train_tab(settings, lock, setup, bind, timer)
-            with gr.Tab("3 · Evaluate"):
+            with gr.Tab("3 · Evaluate", id=TABS[2]) as evaluate_tab:
                 evaluate_ui = _evaluate_tab(settings, bind)
-            with gr.Tab("4 · Loss scaling"):
+            with gr.Tab("4 · Loss scaling", id=TABS[3]) as loss_tab:
                 _loss_tab(settings, setup, bind)
+        _keep_tab_in_browser(demo, tabs, [setup_tab, train_tab, evaluate_tab, loss_tab])
         # Plotly sizes a plot redrawn in a hidden tab at its default width; a resize event
         # after the tab shows makes it fill its panel again.
         train_tab.select(None, None, None,
@@ -811,9 +812,9 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
         evaluate_ui["checkpoint"].input(lambda name, ckpt: [name, ckpt],
                                         [evaluate_ui["run"], evaluate_ui["checkpoint"]], chosen)
         timer.tick(bind(poll_lists, settings),
-                            [train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists, chosen],
-                            [train["run"], train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
-                            show_progress="hidden", concurrency_limit=8, api_name="poll_lists")
+                   [train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists, chosen],
+                   [train["run"], train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
+                   show_progress="hidden", concurrency_limit=8, api_name="poll_lists")
         demo.load(bind(_on_load, settings), None,
                   [train["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]], api_name="on_load")
         keep = _keep_setup_in_browser(demo, setup)
@@ -831,6 +832,20 @@ def _on_load(settings: AppSettings):
     follow = default_run(settings)
     latest = checkpoint_dropdown(settings, follow)
     return run_dropdown(settings, follow), run_dropdown(settings, follow), latest
+
+
+TABS = ("setup", "train", "evaluate", "loss")
+
+
+def _keep_tab_in_browser(demo: gr.Blocks, tabs: gr.Tabs, tab_list: list) -> None:
+    """Each browser keeps the tab it is on, so the page reloading itself after an app restart
+    comes back to it: it came back on 1 · Setup & split, away from a run being followed."""
+    kept = gr.BrowserState(TABS[0], storage_key="distcore-tab", secret="distcore-tab")
+    for tab_id, tab in zip(TABS, tab_list):
+        # On the server: a browser-only (js) handler stored "setup" again as the page loaded.
+        tab.select(lambda chosen=tab_id: chosen, None, kept, show_progress="hidden", queue=False)
+    demo.load(lambda tab_id: gr.Tabs(selected=tab_id) if tab_id in TABS[1:] else gr.skip(), kept, tabs,
+              show_progress="hidden")
 
 
 # The Setup fields a browser keeps across reloads and app restarts.
