@@ -842,7 +842,8 @@ def _keep_tab_in_browser(demo: gr.Blocks, tabs: gr.Tabs, tab_list: list) -> None
     comes back to it: it came back on 1 · Setup & split, away from a run being followed."""
     kept = gr.BrowserState(TABS[0], storage_key="distcore-tab", secret="distcore-tab")
     for tab_id, tab in zip(TABS, tab_list):
-        # On the server: a browser-only (js) handler stored "setup" again as the page loaded.
+        # On the server: a browser-only (js) handler ran as the page loaded, before the kept
+        # tab was read, and stored "setup" over it (Gradio selects the first tab on load).
         tab.select(lambda chosen=tab_id: chosen, None, kept, show_progress="hidden", queue=False)
     demo.load(lambda tab_id: gr.Tabs(selected=tab_id) if tab_id in TABS[1:] else gr.skip(), kept, tabs,
               show_progress="hidden")
