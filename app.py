@@ -736,6 +736,9 @@ CSS = """
 .dc-error { color: #b42318; background: #fef3f2; border: 1px solid #fecdca;
             border-radius: 6px; padding: 8px 12px; }
 #dc-logs textarea { font-family: monospace; font-size: 12px; }
+/* Log lines unwrapped on a phone (it scrolls sideways): wrapped, they overflowed the box,
+   which opens at its top, and the newest line was out of sight. */
+@media (max-width: 640px) { #dc-logs textarea { white-space: pre; overflow-x: auto; } }
 /* Two test images a row on a phone: at five, a caption's predicted class was cut off. */
 @media (max-width: 640px) { #dc-gallery .grid-container { --grid-cols: 2 !important; } }
 /* Nor has a phone room for the ids of 5 or more replicas a row: they ran into each other.

@@ -198,6 +198,14 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
             .map(el => el.className)""")
         assert boxed == [], f"at {width} px the gallery scrolls inside {boxed}"
     page.set_viewport_size({"width": 1280, "height": 1000})
+    # On a phone the log box shows its newest line: wrapped, the lines overflowed a box that
+    # opens at its top.
+    page.get_by_role("tab", name="2 · Train").click()
+    page.set_viewport_size({"width": 390, "height": 1000})
+    page.wait_for_timeout(500)
+    assert page.evaluate("() => { const t = document.querySelector('#dc-logs textarea'); "
+                         "return t.scrollHeight <= t.clientHeight + 2; }")
+    page.set_viewport_size({"width": 1280, "height": 1000})
 
 
 def test_a_runs_settings_fill_in_setup_and_outlive_a_reload(server, page, tmp_path):
