@@ -390,6 +390,15 @@ def check_same_setup(name: str, saved: TrainConfig, wanted: TrainConfig) -> None
             "may change only epochs, max steps, steps per loop, checkpoint interval, devices and worker processes.")
 
 
+# The Setup fields training reads, in train_config's order, each with the TrainConfig field it
+# sets (the device choice, two fields, sets `devices`).
+TRAIN_FORM = (("count", "devices"), ("boxes", "devices"), ("batch", "global_batch"), ("policy", "policy"),
+              ("api", "api"), ("model", "model"), ("optimizer", "optimizer"), ("lr", "learning_rate"),
+              ("epochs", "epochs"), ("max_steps", "max_steps"), ("steps_per_loop", "steps_per_loop"),
+              ("ckpt_every", "checkpoint_every"), ("seed", "seed"), ("train_examples", "train_examples"),
+              ("test_examples", "test_examples"), ("drop", "drop_remainder"), ("workers", "workers"))
+
+
 def form_devices(settings: AppSettings, devices) -> tuple:
     """(count, boxes) updates that select a run's devices, or (None, None) when this app
     cannot offer them (a run on GPUs this machine lacks, more logical CPUs than it allows)."""
@@ -406,24 +415,18 @@ def load_run_settings(settings: AppSettings, name):
     """The "Use this run's settings" button: (message, the Setup form's fields in _train_form
     order) filled in from the run's config.json, so that Resume is not refused for a field that
     differs, and a new run can start from a copy. Without it the form had to be set by hand."""
-    keep = [gr.skip()] * 17
     try:
         run_dir = run_dir_of(settings, name)
-        saved = runs.read_json(run_dir / "config.json")
-        if not saved:
-            raise DistcoreError(f"run {name!r} has no saved settings: it stopped before it began training.")
-        cfg = TrainConfig.from_dict(saved)
-    except (DistcoreError, ValueError, TypeError) as e:
-        return error_md(e), *keep
+        cfg = runs.saved_config(run_dir)
+    except (DistcoreError, ValueError) as e:
+        return error_md(e), *[gr.skip()] * len(TRAIN_FORM)
     count, boxes = form_devices(settings, cfg.devices) if cfg.workers == 1 else (gr.skip(), gr.skip())
     notes = [] if count is not None else [f"its devices ({shown('devices', cfg.devices)}) are not offered here, "
                                           "so the device choice is unchanged"]
     if cfg.l2:
         notes.append(f"its L2 weight ({cfg.l2}) has no field here; Resume keeps it, a new run trains without it")
-    values = [gr.skip() if count is None else count, gr.skip() if boxes is None else boxes, cfg.global_batch,
-              cfg.policy, cfg.api, cfg.model, cfg.optimizer, cfg.learning_rate, cfg.epochs, cfg.max_steps,
-              cfg.steps_per_loop, cfg.checkpoint_every, cfg.seed, cfg.train_examples, cfg.test_examples,
-              cfg.drop_remainder, cfg.workers]
+    values = [gr.skip() if count is None else count, gr.skip() if boxes is None else boxes,
+              *(getattr(cfg, field) for _, field in TRAIN_FORM[2:])]
     extra = f" Note: {'; '.join(notes)}." if notes else ""
     return (f"**1 · Setup & split** now holds run **{run_dir.name}**'s settings. Raise Epochs or Max steps "
             f"there and press **Resume** to continue it, or give a new name and **Start training** for a copy."
@@ -965,10 +968,7 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
 
 
 def _train_form(setup: dict) -> list:
-    keys = ["count", "boxes", "batch", "policy", "api", "model", "optimizer", "lr", "epochs",
-            "max_steps", "steps_per_loop", "ckpt_every", "seed", "train_examples", "test_examples", "drop",
-            "workers"]
-    return [setup[k] for k in keys]
+    return [setup[k] for k, _ in TRAIN_FORM]
 
 
 def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> dict:

@@ -106,8 +106,8 @@ class Controller:
         # stop is honoured while the files are read.)
         folder = locate_data(config, self.run_dir, resume)
         self.lock = None
-        self.prepare_dir(resume)
         try:
+            self.prepare_dir(resume)
             self.set_up(folder, resume)
         except BaseException:
             self.close()  # a notebook's next try must not find the run locked by this one
@@ -200,13 +200,9 @@ class Controller:
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise DistcoreError(f"cannot write to the run directory {self.run_dir}: {err.strerror}.") from None
+            raise runs.unwritable(self.run_dir, err) from None
         self.lock = runs.RunLock(self.run_dir)  # before the checks: two new runs passed them together
-        try:
-            self.check_dir(resume)
-        except BaseException:
-            self.close()
-            raise
+        self.check_dir(resume)
         try:
             record = {**self.config.to_dict(), "tensorflow": tf.__version__, "keras": _keras_version(),
                       "replicas": self.config.replicas,
@@ -220,8 +216,7 @@ class Controller:
                 "state": "starting", "pid": os.getpid(), "step": previous_step,
                 "total_steps": self.config.total_steps(), "time": time.time()})
         except OSError as err:
-            self.close()
-            raise DistcoreError(f"cannot write to the run directory {self.run_dir}: {err.strerror}.") from None
+            raise runs.unwritable(self.run_dir, err) from None
 
     def check_dir(self, resume: bool) -> None:
         """A new run needs an empty directory; a resume, this run's own configuration. The CLI
@@ -230,11 +225,7 @@ class Controller:
         if not resume:
             runs.check_new(self.run_dir)
             return
-        saved = TrainConfig.from_dict(runs.read_config(self.run_dir))
-        conflicts = self.config.resume_conflicts(saved)
-        if conflicts:
-            raise runs.changed_configuration(
-                self.run_dir, {k: (getattr(saved, k), getattr(self.config, k)) for k in conflicts})
+        runs.refuse_changes(self.run_dir, runs.saved_config(self.run_dir), self.config)
 
     def _any_stop(self, flag):
         """True on every worker if any worker was asked to stop: workers must leave the

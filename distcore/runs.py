@@ -111,7 +111,7 @@ class RunLock:
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as err:
-            raise DistcoreError(f"cannot write to the run directory {run_dir}: {err.strerror}.") from None
+            raise unwritable(run_dir, err) from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -128,6 +128,10 @@ class RunLock:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def unwritable(run_dir, err: OSError) -> DistcoreError:
+    return DistcoreError(f"cannot write to the run directory {run_dir}: {err.strerror}.")
 
 
 def claim_new_name(root) -> str:
@@ -235,9 +239,7 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
         if changed:
             raise changed_configuration(run_dir, {k: (getattr(saved, k), v) for k, v in changed.items()}) from None
         raise
-    conflicts = wanted.resume_conflicts(saved)
-    if conflicts:
-        raise changed_configuration(run_dir, {k: (getattr(saved, k), getattr(wanted, k)) for k in conflicts})
+    refuse_changes(run_dir, saved, wanted)
     check_steps_left(Path(run_dir), saved, wanted)
     return wanted
 
@@ -248,6 +250,14 @@ def same_value(given, saved) -> bool:
         return float(given) == float(saved)
     except (TypeError, ValueError):
         return str(given).strip().lower() == str(saved).strip().lower()
+
+
+def refuse_changes(run_dir, saved: TrainConfig, wanted: TrainConfig) -> None:
+    """Refuse `wanted` where it differs from the run's `saved` configuration outside the fields
+    a resume may change (resume_config, and a Controller a library caller resumes)."""
+    conflicts = wanted.resume_conflicts(saved)
+    if conflicts:
+        raise changed_configuration(run_dir, {k: (getattr(saved, k), getattr(wanted, k)) for k in conflicts})
 
 
 def changed_configuration(run_dir, changes: dict) -> DistcoreError:
