@@ -16,7 +16,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from . import checkpoints, cluster, data as data_lib, devices, inputs, runs
+from . import checkpoints, cluster, data as data_lib, devices, events, inputs, runs
 from .config import DistcoreError, TrainConfig, data_folder
 from .loop import SUM, StepRunner
 from .stopping import StopFlag
@@ -70,15 +70,6 @@ def locate_data(config: TrainConfig, run_dir: Path, resume: bool) -> Path:
     return data_lib.locate(config.data_dir, saved_in=run_dir / "config.json" if from_run else None)
 
 
-def summary_writer(folder: Path):
-    """TensorBoard's writer into `folder`. One it cannot create (a file named logs, a folder
-    made read-only) is the user's to fix, as for checkpoints/: an error, not a traceback."""
-    try:
-        return tf.summary.create_file_writer(str(folder))
-    except tf.errors.OpError as err:
-        raise DistcoreError(f"cannot write TensorBoard logs in {folder}: {checkpoints.file_error(err)}.") from None
-
-
 # The one check of a resume lives with the run directories (no TensorFlow there), so the
 # cluster launcher and the app can make it before they start any process.
 resume_config = runs.resume_config
@@ -129,16 +120,21 @@ class Controller:
         if resume:
             self.resumed_from = self.restore(fallbacks.append)
             if self.task.is_chief:  # steps after the checkpoint were lost; so are their records
-                runs.truncate_metrics(self.write_dir, int(self.runner.step.numpy()),
-                                      epochs=int(self.runner.epoch.numpy()))
+                self.roll_back(int(self.runner.step.numpy()), int(self.runner.epoch.numpy()))
         self.metrics = runs.MetricsLog(self.write_dir)
         for message in fallbacks:
             self.log_event("fallback", message)
-        self.writer = summary_writer(self.write_dir / "logs")
+        self.writer = events.writer(self.write_dir / "logs")
         self.test_data = test_dataset(self.strategy, config, self.data)
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
         self.first_chunk_done = False
         self.test_seconds = None  # the last test pass's, for the ETA
+
+    def roll_back(self, step: int, epochs: int) -> None:
+        """Forget what was logged after the restored checkpoint: it is trained again."""
+        reclosed = {r["step"] for r in runs.read_metrics(self.write_dir) if runs.reopened(r, epochs)}
+        runs.truncate_metrics(self.write_dir, step, epochs=epochs)
+        events.roll_back(self.write_dir / "logs", step, reclosed)
 
     def waiting_message(self) -> str:
         """What a bare worker says while it waits for its peers (StopFlag.while_connecting)."""

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT, cpus
+from test_events import tensorboard_steps
 from distcore import checkpoints, runs
 from distcore.cluster import Task
 from distcore.config import DistcoreError, TrainConfig
@@ -62,6 +63,8 @@ def resume_and_check(run_dir, reference, expected_from):
     parsed = [json.loads(line) for line in lines]  # every line parses
     assert [r["step"] for r in parsed if "loss" in r] == list(range(1, 33))  # each step once
     assert runs.read_status(run_dir)["step"] == 32
+    # TensorBoard too: the killed process logged steps up to its last checkpoint, the resume the rest.
+    assert tensorboard_steps(Path(run_dir) / "logs", "train/loss") == list(range(1, 33))
     for a, b in zip(weights(run_dir), weights(reference)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -137,6 +140,8 @@ def test_damaged_newest_checkpoint_falls_back_and_says_so(tmp_path, how, expecte
     assert int(controller.runner.step.numpy()) == int(expected.split("-")[1])  # never a restart from 0
     fallbacks = [r["message"] for r in runs.read_metrics(run_dir) if r.get("event") == "fallback"]
     assert bool(fallbacks) == (expected == "ckpt-10")
+    steps = int(expected.split("-")[1])  # what TensorBoard shows is rolled back with metrics.jsonl
+    assert tensorboard_steps(run_dir / "logs", "train/loss") == list(range(1, steps + 1))
     controller.metrics.close()
     evaluated = checkpoints.evaluate(run_dir, None)
     assert evaluated["checkpoint"] == expected

@@ -1,0 +1,61 @@
+"""TensorBoard's event files: rolled back to a checkpoint on a resume, as TensorBoard reads them."""
+
+import os
+
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+
+from distcore import events
+from distcore.config import DistcoreError
+
+
+def tensorboard_steps(folder, tag):
+    """The steps TensorBoard shows for `tag`, every event file of `folder` read in its order."""
+    reader = event_accumulator.EventAccumulator(str(folder), size_guidance={event_accumulator.TENSORS: 0})
+    reader.Reload()
+    return [e.step for e in reader.Tensors(tag)] if tag in reader.Tags()["tensors"] else []
+
+
+def log(folder, steps, epoch_steps=()):
+    writer = events.writer(folder)
+    with writer.as_default():
+        for step in steps:
+            tf.summary.scalar("train/loss", 1.0 / step, step=step)
+            if step in epoch_steps:
+                tf.summary.scalar("epoch/test_accuracy", 0.5, step=step)
+    writer.close()
+
+
+def test_a_resume_rolls_the_logs_back_to_its_checkpoint(tmp_path):
+    log(tmp_path, range(1, 26), epoch_steps=(10, 20))  # killed at step 25, its checkpoint at 20
+    path = next(tmp_path.glob("events.out.tfevents.*"))
+    path.write_bytes(path.read_bytes()[:-7])  # killed mid-record
+    assert events.roll_back(tmp_path, 20) == 4  # steps 21-24; step 25's was torn
+    log(tmp_path, range(21, 31), epoch_steps=(30,))
+    assert tensorboard_steps(tmp_path, "train/loss") == list(range(1, 31))
+    assert tensorboard_steps(tmp_path, "epoch/test_accuracy") == [10, 20, 30]
+    assert all(tf.data.TFRecordDataset(str(p)).reduce(0, lambda n, _: n + 1) > 0  # CRCs intact
+               for p in tmp_path.glob("events.out.tfevents.*"))
+
+
+def test_epochs_the_resume_closes_again_lose_their_summaries(tmp_path):
+    log(tmp_path, range(1, 11), epoch_steps=(10,))
+    assert events.roll_back(tmp_path, 10, reclosed_epochs={10}) == 1
+    assert tensorboard_steps(tmp_path, "epoch/test_accuracy") == []
+    assert tensorboard_steps(tmp_path, "train/loss") == list(range(1, 11))
+
+
+def test_nothing_to_roll_back_leaves_the_files_alone(tmp_path):
+    log(tmp_path, range(1, 6))
+    path = next(tmp_path.glob("events.out.tfevents.*"))
+    before = path.stat().st_mtime_ns
+    assert events.roll_back(tmp_path, 5) == 0 and path.stat().st_mtime_ns == before
+
+
+def test_logs_it_cannot_rewrite_are_a_clear_error(tmp_path):
+    log(tmp_path, range(1, 6))
+    (tmp_path / f".rollback-{os.getpid()}").mkdir()  # in the way of the new file (root ignores chmod)
+    with pytest.raises(DistcoreError, match="cannot write TensorBoard logs in .*: "):
+        events.roll_back(tmp_path, 3)
+    assert tensorboard_steps(tmp_path, "train/loss") == [1, 2, 3, 4, 5]  # left as it was
