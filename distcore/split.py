@@ -269,7 +269,9 @@ def explain_tf_error(config: SplitConfig, err) -> str:
         text += (" (FILE sharding hands out whole input files, but this dataset is made in memory and "
                  "reads no files: use --files F, or the DATA or AUTO policy.)")
     elif config.policy in ("file", "auto") and config.workers > config.files:
-        text += (f" (FILE sharding hands out whole files: {config.files} file(s) cannot be split over "
+        auto = ("AUTO shards by FILE when the data comes from files, and does not fall back to DATA "
+                "when there are too few: " if config.policy == "auto" else "")
+        text += (f" ({auto}FILE sharding hands out whole files: {config.files} file(s) cannot be split over "
                  f"{config.workers} workers, so TensorFlow stops. Use at least as many files as workers, or the DATA policy.)")
     return text
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -102,11 +103,13 @@ def test_auto_on_an_in_memory_dataset_falls_back_to_data():
     assert any("fell back to DATA" in n for n in out["notes"])
 
 
-def test_file_policy_with_fewer_files_than_workers_shows_tensorflows_error():
-    result, out = worker_split("file", files=1)
+@pytest.mark.parametrize("policy", ["file", "auto"])
+def test_file_policy_with_fewer_files_than_workers_shows_tensorflows_error(policy):
+    result, out = worker_split(policy, files=1)  # AUTO too: with files it shards by FILE, no fallback
     assert result.returncode == 2
     assert "Could not apply FILE based sharding" in out["error"]  # TensorFlow's own words
     assert "cannot be split over 2 workers" in out["error"]  # and ours
+    assert ("does not fall back to DATA" in out["error"]) == (policy == "auto")
 
 
 def start_cluster(run_dir, *extra, tmp=None):
@@ -382,3 +385,41 @@ def test_a_worker_killed_by_a_signal_is_blamed_over_one_that_exited_after_it(tmp
     outcome = cluster.watch([Ended(2), Ended(-signal.SIGKILL)], tmp_path, None)
     assert outcome.failed == 1 and outcome.message.startswith("worker 1 was killed by SIGKILL")
     assert cluster.watch([Ended(0), Ended(2)], tmp_path, None).failed == 1
+
+
+def tfjob_command(run_dir) -> str:
+    """The TFJob pods' command (deploy/tfjob.yaml, a folded block), for this python and a short run."""
+    folded = (ROOT / "deploy/tfjob.yaml").read_text().split("- >-\n", 1)[1].split("ports:", 1)[0]
+    command = " ".join(line.strip() for line in folded.splitlines() if line.strip())
+    for old, new in (("/runs/fmnist-2workers", str(run_dir)), (".venv/bin/python", shlex.quote(sys.executable)),
+                     ("--global-batch 128 --epochs 5 --checkpoint-every 200", " ".join(BARE[2:]))):
+        assert old in command
+        command = command.replace(old, new)
+    return command
+
+
+@pytest.mark.parametrize("chief_died_waiting", [False, True])
+def test_the_tfjob_pods_agree_on_resume_when_one_starts_late(tmp_path, chief_died_waiting):
+    # Each pod chose --resume by config.json, which the chief writes before it waits for its
+    # peers: a pod started later resumed alone, and both exited 2.
+    run_dir, configs = tmp_path / "run", cluster.local_tf_configs(2)
+    env = {k: v for k, v in os.environ.items() if k != stopping.LAUNCHED_ENV}
+
+    def pod(index):
+        return subprocess.Popen(["sh", "-c", tfjob_command(run_dir)], cwd=ROOT, text=True, start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**env, "TF_CONFIG": configs[index]})
+
+    def chief_waiting():
+        chief = pod(0)
+        wait_until_waiting_for_peers(chief)
+        assert (run_dir / "config.json").is_file()
+        return chief
+
+    if chief_died_waiting:  # a node lost: its config.json stays, though nothing was trained
+        dead = chief_waiting()
+        os.killpg(dead.pid, signal.SIGKILL)
+        dead.wait()
+    procs = [chief_waiting()]
+    procs.append(pod(1))  # started once the chief had written config.json
+    assert wait_all(procs) == [0, 0], [p.stdout.read()[-500:] for p in procs]
+    assert runs.read_status(run_dir)["state"] == "finished"
