@@ -30,7 +30,7 @@ import numpy as np
 from distcore import data, jobs, plots, runs
 from distcore import devices as devmod
 from distcore.config import (MAX_GLOBAL_BATCH, MAX_SEED, MAX_SPLIT_EXAMPLES, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
-                             DistcoreError, SplitConfig, TrainConfig, check_int)
+                             DistcoreError, SplitConfig, TrainConfig, check_int, is_empty)
 
 POLICY_CHOICES = tuple((p.upper(), p) for p in POLICIES)
 API_CHOICES = (("experimental_distribute_dataset", "dataset"),
@@ -53,12 +53,18 @@ strategies of different sizes in one process need, and one replica reads its inp
 - Keras 3 losses take **`reduction="none"`** (`keras.losses.Reduction` is gone; the tutorials'
   `tf.keras.losses.Reduction.NONE` still works through Keras's legacy module and equals `"none"`);
   the per-example losses are then scaled with `tf.nn.compute_average_loss(...,
-  global_batch_size=G)` so that summing the replicas' gradients gives the global mean.
+  global_batch_size=n)`, n the examples in this global batch (an all-reduce of the replicas'
+  counts), so that summing the replicas' gradients gives the global mean. n is the tutorials'
+  G for a full batch; their constant G would shrink a partial last batch's loss by n/G.
+- Keras 3 no longer refuses a loss's default reduction (`"sum_over_batch_size"`) in a replica, as
+  the tutorials say it does: it divides each replica's mean by the number of replicas, which is
+  right only when the replicas got equal shares, and fails when one is empty (see 4 · Loss scaling).
 - `experimental_distribute_datasets_from_function` is now **`distribute_datasets_from_function`**
   (it still batches by the per-replica size, `ctx.get_per_replica_batch_size(G)`).
 - Metrics' `reset_states()` is now **`reset_state()`**.
-- Keras 3 optimizers must be built inside the strategy's scope (`optimizer.build(model.trainable_variables)`)
-  before the first step on 2+ replicas, or it fails with "You must feed a value for placeholder tensor".
+- With the tutorials' `MirroredStrategy()` on 2+ replicas, a Keras 3 optimizer must be built inside
+  the strategy's scope (`optimizer.build(model.trainable_variables)`) before the first step, or it
+  fails with "You must feed a value for placeholder tensor". distcore builds it.
 - Keras 3 metrics are not trackable, so checkpoints (`tf.train.Checkpoint`: `ckpt-N.index` +
   `.data-*`) hold the training accuracy's variables instead of the metric; as in the
   tutorials, they restore with or without a strategy.
@@ -700,8 +706,9 @@ def gallery_caption(predicted: int, label: int) -> str:
 
 # ---------------------------------------------------------------- loss scaling
 
-def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, workers=1) -> str:
-    """One global batch's loss: single device vs distributed vs the two classic mistakes.
+def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, workers=1, examples=None) -> str:
+    """One global batch's loss: single device vs distributed vs the tutorial's constant divisor,
+    Keras 3's default reduction and two classic mistakes; a partial batch with `examples` < G.
     With 2+ worker processes (one CPU replica each) it runs that many replicas in one process:
     the loss arithmetic is the same, and a cluster is not needed to show it."""
     try:
@@ -711,26 +718,37 @@ def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, 
         args = ["loss-check", *device_args(names), "--global-batch",
                 str(check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)),
                 "--seed", str(check_int("seed", 0 if seed is None else seed, low=0, high=MAX_SEED))]  # as Setup's
+        if not is_empty(examples):  # empty: a full batch
+            args += ["--examples", str(check_int("examples in the batch", examples, high=MAX_GLOBAL_BATCH))]
         r = jobs.run_cli_json(args, timeout=600)
     except DistcoreError as e:
         return error_md(e)
     rows = [
-        ("Single device (reference)", r["single_device"], None),
-        ("Distributed step (compute_average_loss, SUM over replicas)", r["distributed"],
-         r["error_distributed"]),
-        ("Mistake 1: reduce_mean per replica, then SUM", r["mistake_reduce_mean"],
-         r["error_reduce_mean"]),
-        ("Mistake 2: average with a Keras Mean metric", r["mistake_keras_mean"],
-         r["error_keras_mean"]),
+        ("Single device (reference)", "single_device", None),
+        ("Distributed step: compute_average_loss ÷ this batch's examples, SUM over replicas", "distributed",
+         "error_distributed"),
+        ("The tutorial's constant: compute_average_loss(global_batch_size=G)", "tutorial_fixed_g",
+         "error_tutorial_fixed_g"),
+        ("Keras 3's default reduction (sum_over_batch_size) in each replica", "keras_default",
+         "error_keras_default"),
+        ("Mistake: reduce_mean per replica, then SUM", "mistake_reduce_mean", "error_reduce_mean"),
+        ("Mistake: a Keras Mean of the replicas' scaled losses", "mistake_keras_mean", "error_keras_mean"),
     ]
     table = "| method | loss | error vs single device |\n|---|---:|---:|\n" + "\n".join(
-        f"| {label} | {value:.6f} | {'–' if err is None else f'{err:.2e}'} |"
-        for label, value, err in rows)
+        loss_row(label, r[key], r.get(err) if err else None, r.get(f"{key}_failure")) for label, key, err in rows)
     shares = ", ".join(str(n) for n in r.get("per_replica_examples", []))
     where = (f", as {workers} replicas in one process: the same arithmetic as {workers} worker processes of "
              "one CPU replica each, which need no cluster to show it" if workers > 1 else "")
-    return (f"**Global batch {r['global_batch']} on {plots.count(r['replicas'], 'replica')}** "
+    partial = (f", a partial batch of {plots.count(r['examples'], 'example')}"
+               if r["examples"] < r["global_batch"] else "")
+    return (f"**Global batch {r['global_batch']}{partial} on {plots.count(r['replicas'], 'replica')}** "
             f"(examples per replica: {shares}{where})\n\n{table}\n\n{r.get('explanation', '')}")
+
+
+def loss_row(label: str, value, error, failure) -> str:
+    if value is None:  # Keras's default reduction with an empty replica
+        return f"| {label} | fails | {html.escape(failure or '', quote=False)} |"
+    return f"| {label} | {value:.6f} | {'–' if error is None else f'{error:.2e}'} |"
 
 
 # ---------------------------------------------------------------- layout
@@ -918,8 +936,9 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
             ui["workers"] = gr.Number(
                 value=1, label="Worker processes",
                 info="1: MirroredStrategy in one process. 2+: MultiWorkerMirroredStrategy over that many "
-                     "processes (TF_CONFIG on loopback), one CPU replica each; Show split then takes 10-20 s "
-                     "(every worker process starts TensorFlow)")
+                     "processes, one CPU replica each (TF_CONFIG names 127.0.0.1, but TensorFlow's servers "
+                     "listen on all interfaces, unauthenticated: see the README); Show split then takes "
+                     "10-20 s (every worker process starts TensorFlow)")
         with gr.Column():
             gr.Markdown("### Model and training")
             with gr.Row():
@@ -1067,14 +1086,19 @@ def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
     gr.Markdown(
         "With a strategy, each replica sees only its share of the global batch. The loss of one "
         "global batch must come out the same as on a single device: scale per-example losses by "
-        "the **global** batch size, then SUM over replicas. This runs one global batch both "
-        "ways, plus the two classic mistakes, using the devices and global batch from "
-        "**1 · Setup & split**.")
-    seed = gr.Number(value=0, label="Seed (the initial weights; the batch is the first G test images)")
+        "the **global** batch's example count, then SUM over replicas. This runs one global batch "
+        "that way and in four others (the tutorial's constant divisor, Keras 3's default "
+        "reduction, two classic mistakes), using the devices and global batch from "
+        "**1 · Setup & split**. Give fewer examples than the global batch to see a partial last "
+        "batch, and as few as the replicas, or fewer, to leave a replica empty.")
+    with gr.Row():
+        seed = gr.Number(value=0, label="Seed (the initial weights; the batch is the first G test images)")
+        examples = gr.Number(value=None, label="Examples in the batch (empty: the global batch size)",
+                             info="fewer than the global batch size: a partial last batch")
     button = gr.Button("Check loss scaling", variant="primary")
     result = gr.Markdown(elem_id="dc-loss")
     button.click(bind(loss_check, settings), [setup["count"], setup["boxes"], setup["batch"], seed,
-                                              setup["workers"]], result)
+                                              setup["workers"], examples], result)
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -130,9 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files (default: the run's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
-    p = sub.add_parser("loss-check", help="one batch's loss: single device vs distributed vs two mistakes")
+    p = sub.add_parser("loss-check", help="one batch's loss: single device vs distributed vs common mistakes")
     add_devices(p)
     p.add_argument("--global-batch", default="64", help="global batch size, the first G test images (default 64)")
+    p.add_argument("--examples", help="examples in the batch, fewer than G for a partial last batch "
+                                      "(default: G, a full batch)")
     p.add_argument("--seed", default="0", help="seed for the model's initial weights (default 0)")
     p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -474,12 +476,15 @@ def print_details(result: dict) -> None:
 def cmd_loss_check(args) -> int:
     from .losscheck import loss_check
 
-    result = loss_check(device_names(args), args.global_batch, seed=args.seed, data_dir=args.data_dir)
+    result = loss_check(device_names(args), args.global_batch, seed=args.seed, data_dir=args.data_dir,
+                        examples=args.examples)
     if args.json:
         print_json(result)
     else:
-        for key in ("single_device", "distributed", "mistake_reduce_mean", "mistake_keras_mean"):
-            print(f"{key:>20}: {result[key]:.6f}")
+        for key in ("single_device", "distributed", "tutorial_fixed_g", "keras_default",
+                    "mistake_reduce_mean", "mistake_keras_mean"):
+            value = result[key]
+            print(f"{key:>20}: " + (f"{value:.6f}" if value is not None else f"fails ({result[key + '_failure']})"))
         print(result["explanation"])
     return 0
 

@@ -168,7 +168,7 @@ def test_evaluate_a_run_with_no_checkpoints_says_so(settings):
 def test_loss_check(settings):
     text = app.loss_check(settings, 2, [], 64, 0)
     assert "Global batch 64 on 2 replicas" in text
-    assert "Mistake 1: reduce_mean per replica, then SUM" in text
+    assert "Mistake: reduce_mean per replica, then SUM" in text
     assert "| Distributed step" in text and "0.00e+00" in text
     assert is_error(app.loss_check(settings, 2, [], 0, 0))
     assert is_error(app.loss_check(settings, None, [], 64, 0))
@@ -178,6 +178,11 @@ def test_loss_check(settings):
     three = app.loss_check(settings, 4, [], 32, 0, 3)
     assert "Global batch 32 on 3 replicas** (examples per replica: 11, 11, 10, as 3 replicas in one process" in three
     assert "one process" not in text
+    # A partial batch leaving a replica empty: Keras's default reduction fails, and says why.
+    partial = app.loss_check(settings, 3, [], 6, 0, 1, 4)
+    assert "**Global batch 6, a partial batch of 4 examples on 3 replicas** (examples per replica: 2, 2, 0)" in partial
+    assert "| Keras 3's default reduction (sum_over_batch_size) in each replica | fails | InvalidArgumentError" in partial
+    assert is_error(app.loss_check(settings, 3, [], 6, 0, 1, 7))
 
 
 def wait_for(predicate, timeout=120):

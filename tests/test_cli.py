@@ -159,6 +159,8 @@ def test_loss_check_shows_the_two_mistakes():
     assert result["distributed"] == pytest.approx(result["single_device"], rel=1e-5)
     assert result["mistake_reduce_mean"] == pytest.approx(4 * result["single_device"], rel=1e-4)
     assert result["mistake_keras_mean"] == pytest.approx(result["single_device"] / 4, rel=1e-4)
+    run = cli("loss-check", "--replicas", "3", "--global-batch", "6", "--examples", "4", check=True)
+    assert "tutorial_fixed_g:" in run.stdout and "keras_default: fails (InvalidArgumentError" in run.stdout
 
 
 def test_argument_errors_answer_in_json_too_and_choices_take_any_case(capsys):

@@ -37,3 +37,26 @@ def test_device_names_are_read_as_a_device_set_and_reported_normalised():
     assert result["devices"] == ["cpu:0", "cpu:1"] and result["replicas"] == 2
     with pytest.raises(DistcoreError, match="device cpu:0 is listed twice"):
         loss_check(("cpu:0", "cpu:0"), 4)
+
+
+def test_a_partial_batch_is_divided_by_its_own_count_and_the_tutorials_constant_is_not():
+    full = loss_check(cpus(3), 6)  # 2 + 2 + 2
+    assert full["examples"] == 6 and full["per_replica_examples"] == [2, 2, 2]
+    for key in ("distributed", "tutorial_fixed_g", "keras_default"):  # all right on equal shares
+        assert full[key] == pytest.approx(full["single_device"], rel=1e-5), key
+    partial = loss_check(cpus(3), 6, examples=5)  # the last batch: 2 + 2 + 1
+    assert partial["per_replica_examples"] == [2, 2, 1]
+    assert partial["distributed"] == pytest.approx(partial["single_device"], rel=1e-5)
+    assert partial["tutorial_fixed_g"] == pytest.approx(partial["single_device"] * 5 / 6, rel=1e-5)
+    # Keras 3's default reduction: the mean of the replicas' means, wrong when the shares differ.
+    assert partial["error_keras_default"] > 1e-3 * partial["single_device"]
+
+
+def test_keras_default_reduction_cannot_be_summed_with_an_empty_replica():
+    result = loss_check(cpus(3), 6, examples=4)  # 2 + 2 + 0
+    assert result["per_replica_examples"] == [2, 2, 0]
+    assert result["keras_default"] is None and result["error_keras_default"] is None
+    assert "AddN" in result["keras_default_failure"] and "{{" not in result["keras_default_failure"]
+    assert result["distributed"] == pytest.approx(result["single_device"], rel=1e-5)
+    with pytest.raises(DistcoreError, match=r"examples in the batch \(7\) must be a whole number from 1 to 6"):
+        loss_check(cpus(3), 6, examples=7)
