@@ -134,11 +134,18 @@ def shutting_down(run_dir, label: str, pid: int) -> str | None:
         return None
     # Written before this process was launched: it is the previous process's last word, and
     # this one is starting (a second click on Resume was told the new run was "shutting down").
-    if status.get("time", 0) < (runs.read_json(Path(run_dir) / JOB_FILE) or {}).get("started", 0):
+    if not written_since_launch(run_dir, status, unknown=True):
         return None
     state = status["state"]
     return (f"{label} has {state}, but its process {pid} is still shutting down (a cluster waits for its "
             "workers to exit); try again in a few seconds.")
+
+
+def written_since_launch(run_dir, status: dict, *, unknown: bool) -> bool:
+    """Whether `status` was written after the run's current process was launched (job.json's
+    "started"); `unknown` when job.json does not say."""
+    started = (runs.read_json(Path(run_dir) / JOB_FILE) or {}).get("started")
+    return unknown if started is None else status.get("time", 0) >= started
 
 
 def refuse_if_busy(run_dir: Path, name: str) -> None:
@@ -256,10 +263,9 @@ def stop_training(run_dir, startup_timeout: float = 90) -> bool:
         if pid is None:
             return False
         status = runs.read_status(run_dir) or {}
-        job = runs.read_json(run_dir / JOB_FILE) or {}
         # Ready once the trainer (for a cluster: its chief, after the launcher) wrote a
         # status of its own; the launcher forwards the signal to every worker.
-        fresh = status.get("time", 0) >= job.get("started", float("inf")) and status.get("state") in ACTIVE_STATES
+        fresh = written_since_launch(run_dir, status, unknown=False) and status.get("state") in ACTIVE_STATES
         if status.get("pid") == pid or fresh or time.monotonic() > deadline:
             os.kill(pid, signal.SIGTERM)
             return True
