@@ -9,12 +9,15 @@ because the process's logical devices can only be configured once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 
 from . import cluster, jobs, runs, stopping
-from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, check_int
+from .config import (APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, UnevenBatch,
+                     check_int)
 
 # TensorFlow's C++ warnings: split plans capture and show them (an AUTO-to-DATA
 # fallback is one); other commands ask for errors only. TensorFlow 2.21 still prints
@@ -321,7 +324,10 @@ def train_config(args, resumed: TrainConfig | None = None) -> TrainConfig:
     elif args.replicas is not None or args.devices is not None:
         given["devices"] = device_names(args)
     if resumed is not None:
-        return resumed.replace(**given)
+        try:
+            return resumed.replace(**given)
+        except UnevenBatch as err:  # the devices are known only now
+            raise runs.uneven_resume(err) from None
     given.setdefault("devices", device_names(args))
     return TrainConfig(**given)
 
@@ -381,7 +387,12 @@ def cmd_cluster(args) -> int:
     else:
         runs.check_new(args.run_dir)
         TrainConfig(**train_flags(args), devices=local, workers=workers)
-    gpus = physical_gpus_without_tf()
+    try:
+        with stops_before_launch():
+            gpus = physical_gpus_without_tf()
+    except StoppedBeforeLaunch:
+        print(f"{stopping.BEFORE_TRAINING}: nothing to save.", file=sys.stderr)
+        return 0
     if per_worker > 1 and gpus < workers * per_worker:
         raise DistcoreError(
             f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
@@ -409,6 +420,26 @@ def forwarded_train_flags(args) -> list[str]:
         elif value not in (None, False):
             argv += ["--" + key.replace("_", "-"), str(value)]
     return argv + [flag for flag, on in (("--resume", args.resume), ("--json", args.json)) if on]
+
+
+class StoppedBeforeLaunch(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def stops_before_launch():
+    """SIGTERM or Ctrl-C while `cluster` counts GPUs (seconds: the child imports TensorFlow)
+    stops it as `train` stops before training begins. SIGTERM ended it silently (exit 143)
+    and left the child running. Raised here, the exception also makes subprocess kill it."""
+    def stop(signum, frame):
+        raise StoppedBeforeLaunch
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def physical_gpus_without_tf() -> int:

@@ -116,8 +116,10 @@ def check_int(name: str, value, *, low: int = 1, high: int | None = None) -> int
 def check_float(name: str, value, *, low: float, high: float, low_open: bool = False) -> float:
     if is_empty(value):
         raise DistcoreError(f"{name} is empty: it must be a number.")
+    if isinstance(value, bool):  # float(True) is 1.0, as check_int refuses True for 1
+        raise DistcoreError(f"{name} ({value!r}) must be a number.")
     try:
-        number = float(value)
+        number = float(value) + 0.0  # (-0.0 is 0)
     except (TypeError, ValueError):
         raise DistcoreError(f"{name} ({value!r}) must be a number.") from None
     too_low = number <= low if low_open else number < low
@@ -148,12 +150,19 @@ def data_folder(value) -> str | None:
     return os.path.abspath(os.path.expanduser(path))
 
 
-def uneven_batch(global_batch: int, replicas: int) -> DistcoreError:
-    return DistcoreError(
-        f"with distribute_datasets_from_function the global batch ({global_batch}) must "
-        f"divide evenly by the number of replicas ({replicas}); "
-        f"try {global_batch - global_batch % replicas or replicas}."
-    )
+class UnevenBatch(DistcoreError):
+    """A global batch that distribute_datasets_from_function cannot divide over the replicas."""
+
+    def __init__(self, global_batch: int, replicas: int):
+        super().__init__(
+            f"with distribute_datasets_from_function the global batch ({global_batch}) must "
+            f"divide evenly by the number of replicas ({replicas}); "
+            f"try {global_batch - global_batch % replicas or replicas}.")
+        self.global_batch, self.replicas = global_batch, replicas
+
+
+def uneven_batch(global_batch: int, replicas: int) -> UnevenBatch:
+    return UnevenBatch(global_batch, replicas)
 
 
 def check_choice(name: str, value, choices: tuple[str, ...]) -> str:

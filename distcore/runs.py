@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .config import DistcoreError, TrainConfig
+from .config import DistcoreError, TrainConfig, UnevenBatch
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
@@ -117,6 +117,9 @@ class RunLock:
         except BlockingIOError:
             holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "another process"
             self.release()
+            if holder == f"process {os.getpid()}":  # "trained by process N" named the caller itself
+                raise DistcoreError(f"{run_dir} is held by another Controller in this process: run() it, or "
+                                    "close() it to let go of the run.") from None
             raise DistcoreError(f"{run_dir} is being trained by {holder} right now: stop it, or wait until it "
                                 "ends, then resume.") from None
         except OSError:
@@ -231,17 +234,28 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
     overrides = overrides or {}
     try:
         wanted = saved.replace(**overrides)
-    except DistcoreError:
+    except DistcoreError as err:
         # A change a resume refuses anyway can make the mix invalid ("--api function" with the
         # saved 3 devices: "must divide evenly by ... (3)"): name the change, not the mix's problem.
         changed = {k: v for k, v in overrides.items()
                    if k not in TrainConfig.RESUMABLE and v is not None and not same_value(v, getattr(saved, k))}
         if changed:
             raise changed_configuration(run_dir, {k: (getattr(saved, k), v) for k, v in changed.items()}) from None
+        if isinstance(err, UnevenBatch):  # "try 62" named the one thing a resume cannot change
+            raise uneven_resume(err) from None
         raise
     refuse_changes(run_dir, saved, wanted)
     check_steps_left(Path(run_dir), saved, wanted)
     return wanted
+
+
+def uneven_resume(err: UnevenBatch) -> DistcoreError:
+    g = err.global_batch
+    fits = [str(n) for n in range(1, g + 1) if g % n == 0][:8]
+    counts = fits[0] if len(fits) == 1 else f"{', '.join(fits[:-1])} or {fits[-1]}"
+    return DistcoreError(f"cannot resume on {err.replicas} replicas: the run's global batch ({g}) stays as it is, "
+                         "and with distribute_datasets_from_function it must divide evenly by the number of "
+                         f"replicas: resume with a replica count of {counts}.")
 
 
 def same_value(given, saved) -> bool:
@@ -370,7 +384,8 @@ def record_failure(run_dir, message: str) -> None:
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").is_file():
         return
-    status = read_status(run_dir) or {}
+    # Not the running chief's speed and ETA: a final status has none (as the trainer writes it).
+    status = {k: v for k, v in (read_status(run_dir) or {}).items() if k not in ("examples_per_sec", "eta_seconds")}
     status.update(state="failed", message=message, time=time.time())
     write_json_atomic(run_dir / "status.json", status)
     log = MetricsLog(run_dir)

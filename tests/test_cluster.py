@@ -178,6 +178,7 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     assert "worker 1 was killed by SIGKILL" in stderr and "--resume" in stderr
     status = runs.read_status(run_dir)
     assert status["state"] == "failed" and "worker 1" in status["message"]
+    assert "eta_seconds" not in status and "examples_per_sec" not in status  # the chief's, while it ran
     assert runs.list_checkpoints(run_dir)[:2] == ["ckpt-20", "ckpt-40"]
     assert sum(losses[-10:]) / 10 < sum(losses[:5]) / 5  # the cluster was learning
     assert runs.read_config(run_dir)["intra_op_threads"] == devices.intra_op_threads(2)  # workers share the host
@@ -423,3 +424,18 @@ def test_the_tfjob_pods_agree_on_resume_when_one_starts_late(tmp_path, chief_die
     procs.append(pod(1))  # started once the chief had written config.json
     assert wait_all(procs) == [0, 0], [p.stdout.read()[-500:] for p in procs]
     assert runs.read_status(run_dir)["state"] == "finished"
+
+
+def test_a_stop_while_the_launcher_counts_gpus_stops_it_cleanly(tmp_path):
+    # SIGTERM there ended it silently (exit 143) and left the GPU-counting child running.
+    proc = subprocess.Popen([sys.executable, "-m", "distcore", "cluster", "--workers", "2", "--run-dir",
+                             str(tmp_path / "run")], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (child := subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert "stopped before training began: nothing to save." in proc.stderr.read()
+    assert not os.path.exists(f"/proc/{child[0]}")  # (it was its GPU count: no worker had started)
+    assert not (tmp_path / "run").exists()

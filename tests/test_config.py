@@ -176,3 +176,10 @@ def test_a_data_dir_is_kept_as_an_absolute_path_in_text(tmp_path, monkeypatch):
     assert TrainConfig(devices=CPUS2, data_dir="").data_dir is None
     with pytest.raises(DistcoreError, match=r"^data folder \(5\) must be a path"):
         TrainConfig(devices=CPUS2, data_dir=5)
+
+
+def test_a_bool_is_not_a_number_for_float_fields_either():
+    # TrainConfig(learning_rate=True) trained at 1.0, where check_int refuses True for 1.
+    with pytest.raises(DistcoreError, match=r"^learning rate \(True\) must be a number\.$"):
+        TrainConfig(devices=CPUS2, learning_rate=True)
+    assert str(TrainConfig(devices=CPUS2, l2=-0.0).l2) == "0.0"  # as config.json will say

@@ -157,13 +157,19 @@ def test_resume_can_extend_but_not_change_the_model(tmp_path):
     longer = resume_config(tmp_path / "r", {"max_steps": 8, "devices": cpus(3)})
     # One process trains a run at a time (RUN/.lock): a second Controller is refused until the first lets go.
     first = Controller(longer, tmp_path / "r", resume=True)
-    with pytest.raises(DistcoreError, match=rf"is being trained by process {os.getpid()} right now"):
+    with pytest.raises(DistcoreError, match=r"is held by another Controller in this process: run\(\) it, or close\(\)"):
         Controller(longer, tmp_path / "r", resume=True)
+    # A resume on a device count the run's function-API batch cannot divide names the counts that can.
+    function_run = tmp_path / "f"
+    Controller(small(epochs=1, max_steps=1, api="function", global_batch=63, devices=cpus(1)), function_run).run()
+    with pytest.raises(DistcoreError, match=r"cannot resume on 2 replicas: the run's global batch \(63\) stays as "
+                                            r"it is.*replica count of 1, 3, 7, 9, 21 or 63\.$"):
+        resume_config(function_run, {"devices": cpus(2)})
     result = first.run()
     assert result["step"] == 8
     assert runs.read_config(tmp_path / "r")["devices"] == list(cpus(3))
     new = Controller(small(epochs=1), tmp_path / "new")  # two new runs: both could pass check_new at once
-    with pytest.raises(DistcoreError, match="is being trained by process"):
+    with pytest.raises(DistcoreError, match="is held by another Controller in this process"):
         Controller(small(epochs=1), tmp_path / "new")
     new.close()
 

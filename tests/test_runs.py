@@ -1,10 +1,13 @@
 """Run directories: names from the browser never reach the filesystem outside the runs root."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, strategies as st
 
+from conftest import ROOT
 from distcore import runs
 from distcore.config import DistcoreError
 
@@ -117,3 +120,30 @@ def test_a_run_dir_too_long_for_the_filesystem_or_that_is_a_file_is_refused(tmp_
     with pytest.raises(DistcoreError, match="cannot be used: File name too long"):
         runs.run_path("/".join(["b" * 200] * 30))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_run_locked_by_another_process_names_it(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from distcore import runs; "
+                               "lock = runs.RunLock(sys.argv[1]); print('held', flush=True); time.sleep(60)",
+                               str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(DistcoreError, match=rf"is being trained by process {holder.pid} right now: stop it"):
+            runs.RunLock(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    runs.RunLock(tmp_path).release()  # the kernel let go with the process
+
+
+def test_a_failure_recorded_by_the_launcher_drops_the_running_speed_and_eta(tmp_path):
+    # A chief killed while running left "failed" with its last examples/s and ETA (QA).
+    runs.write_json_atomic(tmp_path / "config.json", {"epochs": 1})
+    runs.write_json_atomic(tmp_path / "status.json", {"state": "running", "step": 80, "pid": 1, "total_steps": 94,
+                                                      "examples_per_sec": 2812.2, "eta_seconds": 13.0})
+    runs.record_failure(tmp_path, "worker 0 was killed by SIGKILL")
+    status = runs.read_status(tmp_path)
+    assert {k: status[k] for k in ("state", "step", "total_steps", "message")} == {
+        "state": "failed", "step": 80, "total_steps": 94, "message": "worker 0 was killed by SIGKILL"}
+    assert "examples_per_sec" not in status and "eta_seconds" not in status
+    assert runs.read_metrics(tmp_path)[-1]["event"] == "failed"
