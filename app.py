@@ -588,12 +588,13 @@ def poll_run(settings: AppSettings, name, last_sig):
     return (*run_view(settings, name), list(sig))
 
 
-def poll_lists(settings: AppSettings, last_labels, run, checkpoint, last, chosen=None):
+def poll_lists(settings: AppSettings, last_labels, run, checkpoint, last, chosen=None, followed=None):
     """Timer tick for both run pickers: Train's, and Evaluate's with its checkpoints.
-    The runs are listed once a tick for the two (each label reads a status.json)."""
+    The runs are listed once a tick for the two (each label reads a status.json).
+    `followed` is the run the Train tab follows."""
     labels = run_labels(settings)
     return (*poll_run_list(labels, last_labels),
-            *poll_evaluate_lists(settings, labels, run, checkpoint, last, chosen))
+            *poll_evaluate_lists(settings, labels, run, checkpoint, last, chosen, followed))
 
 
 def poll_run_list(labels, last_labels):
@@ -604,16 +605,19 @@ def poll_run_list(labels, last_labels):
     return gr.update(choices=[tuple(x) for x in labels]), labels
 
 
-def poll_evaluate_lists(settings: AppSettings, labels, run, checkpoint, last, chosen=None):
+def poll_evaluate_lists(settings: AppSettings, labels, run, checkpoint, last, chosen=None, followed=None):
     """The Evaluate tab's run labels (states) and checkpoints, redrawn only when they change.
 
     What the user picked (`chosen`: [run, checkpoint or None], set by the pickers' input
-    events) is kept. Otherwise the pickers follow: the run a fresh page would show
-    (default_run: a running job, else the newest run) and its newest checkpoint.
+    events) is kept. Otherwise the pickers follow the run this page follows on 2 · Train
+    (`followed`), else the run a fresh page would show (default_run: a running job, else the
+    newest run), and its newest checkpoint. (They followed the newest running job: another
+    user's, as soon as it started.)
     """
     chosen_run, chosen_checkpoint = chosen or (None, None)
     keep_run = bool(run) and run == chosen_run
-    picked = run if keep_run else default_run(settings, labels)
+    listed = [name for _, name in labels]
+    picked = run if keep_run else followed if followed in listed else default_run(settings, labels)
     ckpts = checkpoint_names(settings, picked)
     keep_checkpoint = keep_run and checkpoint == chosen_checkpoint and checkpoint in ckpts
     shown = checkpoint if keep_checkpoint else (ckpts[-1] if ckpts else None)
@@ -836,10 +840,15 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
         evaluate_ui["checkpoint"].input(lambda name, ckpt: [name, ckpt],
                                         [evaluate_ui["run"], evaluate_ui["checkpoint"]], chosen)
         timer.tick(bind(poll_lists, settings),
-                   [train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists, chosen],
+                   [train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists, chosen, train["run"]],
                    [train["run"], train["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
                    show_progress="hidden", concurrency_limit=8, api_name="poll_lists")
-        demo.load(bind(_on_load, settings), None,
+        # Each browser keeps the run it follows, as it keeps its form and tab: a reload (or the
+        # page reloading itself after an app restart) followed the newest running job, another
+        # user's, one click on Stop away.
+        followed = gr.BrowserState(None, storage_key="distcore-run", secret="distcore-run")
+        train["run"].change(lambda name: name, train["run"], followed, show_progress="hidden", queue=False)
+        demo.load(bind(_on_load, settings), followed,
                   [train["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]], api_name="on_load")
         keep = _keep_setup_in_browser(demo, setup)
         # A form filled in from a run is kept too (.input events fire for typing only).
@@ -851,9 +860,10 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
     return demo
 
 
-def _on_load(settings: AppSettings):
-    """A fresh page (or a second browser) follows the running job, if any."""
-    follow = default_run(settings)
+def _on_load(settings: AppSettings, kept=None):
+    """A page follows the run its browser followed (`kept`), if it is still there; a fresh
+    one (or a second browser) the running job, if any (default_run)."""
+    follow = kept if kept and kept in list_run_names(settings) else default_run(settings)
     latest = checkpoint_dropdown(settings, follow)
     return run_dropdown(settings, follow), run_dropdown(settings, follow), latest
 

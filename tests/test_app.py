@@ -696,3 +696,15 @@ def test_a_runs_settings_fill_in_the_form_and_resume_with_them(settings, launche
     for name in ("early", None):
         message, *values = app.load_run_settings(settings, name)
         assert is_error(message) and values == [gr.skip()] * 17
+
+
+def test_a_page_keeps_following_its_own_run_and_evaluate_follows_it_too(settings):
+    write_run(settings.runs_root, "mine", "finished", checkpoints=["ckpt-10"])
+    theirs = write_run(settings.runs_root, "theirs", "finished", checkpoints=["ckpt-5"])
+    later = (settings.runs_root / "mine" / "config.json").stat().st_mtime + 5
+    os.utime(theirs / "config.json", (later, later))
+    assert app._on_load(settings)[0]["value"] == "theirs"  # a fresh page: the newest
+    assert app._on_load(settings, "mine")[0]["value"] == "mine"  # this browser's run
+    assert app._on_load(settings, "../gone")[0]["value"] == "theirs"  # not a run here: a fresh page's
+    _, _, run_update, ckpt_update, _ = app.poll_lists(settings, None, None, None, None, None, "mine")
+    assert (run_update["value"], ckpt_update["value"]) == ("mine", "ckpt-10")

@@ -221,9 +221,17 @@ def test_a_runs_settings_fill_in_setup_and_outlive_a_reload(server, page, tmp_pa
     page.get_by_role("button", name="Use its settings in Setup").click()
     expect(page.get_by_text("now holds run saved's settings")).to_be_visible(timeout=30_000)
     page.wait_for_timeout(1000)
+    # Another user's run, newer: a reload followed it (a fresh page's choice), one click on Stop away.
+    other = tmp_path / "runs" / "others"
+    other.mkdir()
+    (other / "config.json").write_text((run / "config.json").read_text())
     page.reload()  # kept in this browser, as typed values are
     # The page comes back on the tab it was on (after an app restart it came back on tab 1).
     expect(page.get_by_role("tab", name="2 · Train")).to_have_attribute("aria-selected", "true", timeout=30_000)
+    expect(page.get_by_role("combobox", name="Run to follow")).to_have_value(re.compile("^saved "), timeout=30_000)
+    page.get_by_role("tab", name="3 · Evaluate").click()  # which follows the run Train follows
+    page.wait_for_timeout(3000)  # a few poll ticks
+    expect(page.get_by_role("combobox", name="Run", exact=True)).to_have_value(re.compile("^saved "))
     page.get_by_role("tab", name="1 · Setup & split").click()
     expect(page.get_by_label("Global batch size")).to_have_value("96", timeout=30_000)
     for label, value in (("Epochs", "2"), ("Training examples", "6000"), ("Seed", "7")):

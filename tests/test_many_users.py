@@ -274,18 +274,18 @@ def test_eight_clients_start_jobs_limit_holds_and_sessions_stay_apart(server):
     assert full_view(owner.predict(run, api_name="/poll_run"))
     assert not full_view(owner.predict(run, api_name="/poll_run"))
     # ... while another session that opens the run by name starts from its own, empty state.
-    first, _, _ = other.predict(api_name="/on_load")
+    first, _, _ = other.predict(None, api_name="/on_load")
     assert run in [value for _, value in first["choices"]]
     seen = other.predict(run, api_name="/poll_run")
     assert full_view(seen) and f"**{run}** · **stopped**" in seen[0]
     assert not full_view(other.predict(run, api_name="/poll_run"))
     assert not full_view(owner.predict(run, api_name="/poll_run"))
     # The run pickers' states, likewise: filled once per session (Train's, then Evaluate's, unchosen).
-    assert all("choices" in update for update in owner.predict(None, None, api_name="/poll_lists")[:2])
-    assert all("choices" not in update for update in owner.predict(None, None, api_name="/poll_lists"))
-    assert all("choices" in update for update in client(url).predict(None, None, api_name="/poll_lists")[:2])
+    assert all("choices" in update for update in owner.predict(None, None, None, api_name="/poll_lists")[:2])
+    assert all("choices" not in update for update in owner.predict(None, None, None, api_name="/poll_lists"))
+    assert all("choices" in update for update in client(url).predict(None, None, None, api_name="/poll_lists")[:2])
     # A tick can carry a checkpoint the picker's current choices lack (the previous run's): no error.
-    stale = client(url).predict(None, "ckpt-999999", api_name="/poll_lists")
+    stale = client(url).predict(None, "ckpt-999999", None, api_name="/poll_lists")
     assert "ckpt-999999" not in stale[2]["choices"]
 
     # A refused user can start now (the refusal is not sticky).
