@@ -343,7 +343,10 @@ def stop_point(config: dict) -> str:
     loop = plots.count(int(config.get("steps_per_loop") or 1), "step")
     when = ("once its workers agree, at the end of this loop or at most one loop later"
             if int(config.get("workers") or 1) > 1 else "at the end of the current loop")
-    return f"it stops {when} (steps per loop: {loop}), saves a checkpoint and exits."
+    # (A process's first loop is one step, so its first record comes as soon as it is traced:
+    # a Stop then landed at step 1, where "steps per loop: 10" had been read as step 10.)
+    return (f"it stops {when} (steps per loop: {loop}; a process's first loop is its first step), "
+            "saves a checkpoint and exits.")
 
 
 def before_training_stop(name: str, checkpoints: list[str]) -> str:
@@ -556,9 +559,12 @@ def status_md(p: jobs.Progress) -> str:
     if p.message:
         lines.append(p.message)
     if p.state == "died":
-        lines.append("Its training process is gone without writing a final state (killed, or a crash). "
-                     "**Resume** continues from the newest checkpoint" +
-                     (f" ({p.checkpoints[-1]})." if p.checkpoints else "; it has none, so from step 0."))
+        lines.append("Its training process is gone without writing a final state (killed, or a crash). " + (
+            "**Resume** continues from the newest checkpoint" +
+            (f" ({p.checkpoints[-1]})." if p.checkpoints else "; it has none, so from step 0.")
+            if p.has_config else  # Resume promised "from step 0", and then refused for the missing file
+            "It died before it saved its settings (config.json), so there is nothing to resume: start it "
+            "again under the same name."))
     if p.checkpoints:
         lines.append(f"Checkpoints: {', '.join(p.checkpoints[-5:])}")
     return "\n\n".join(lines)
@@ -764,6 +770,9 @@ CSS = """
 /* Log lines unwrapped on a phone (it scrolls sideways): wrapped, they overflowed the box,
    which opens at its top, and the newest line was out of sight. */
 @media (max-width: 640px) { #dc-logs textarea { white-space: pre; overflow-x: auto; } }
+/* Evaluate's device choice is disabled while "No strategy" is chosen: say so by its look. */
+#dc-eval-devices-count label:has(input:disabled), #dc-eval-devices-boxes label:has(input:disabled) {
+  opacity: 0.45; cursor: not-allowed; }
 /* Two test images a row on a phone: at five, a caption's predicted class was cut off. */
 @media (max-width: 640px) { #dc-gallery .grid-container { --grid-cols: 2 !important; } }
 /* Nor has a phone room for the ids of 5 or more replicas a row: they ran into each other.
@@ -1011,7 +1020,7 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) 
                 "(**Use its settings in Setup** copies them from the run).")
     with gr.Row():
         ui["name"] = gr.Textbox(label="New run name", placeholder="empty = run-DATE-TIME",
-                                info="letters, digits, _ . - only", scale=2)
+                                info="ASCII letters, digits, _ . - only", scale=2)
         start = gr.Button("Start training", variant="primary", scale=1)
         stop = gr.Button("Stop training", variant="stop", scale=1)
         resume = gr.Button("Resume", scale=1)
@@ -1081,8 +1090,10 @@ def _evaluate_tab(settings: AppSettings, bind) -> dict:
     # Full width, 5 across: a caption as long as "✗ T-shirt/top → Ankle boot" fits under its image.
     # "fit-content", since Gradio gives height="auto" a 550 px box that scrolls on its own.
     # The label is one line on a phone, where a second one covered the first images.
-    ui["gallery"] = gr.Gallery(label="Test images: ✓ right · ✗ true class → predicted", columns=5,
-                               height="fit-content", object_fit="contain", elem_id="dc-gallery")
+    # Its caption above it, not as Gradio's label, which on a phone covered the first images' tops.
+    gr.Markdown("**Test images**: ✓ right · ✗ true class → predicted")
+    ui["gallery"] = gr.Gallery(show_label=False, columns=5, height="fit-content", object_fit="contain",
+                               elem_id="dc-gallery")
     ui["run"].change(bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
     refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"]).then(
         bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])

@@ -298,6 +298,7 @@ class Progress:
     message: str
     log_lines: tuple[str, ...]
     checkpoints: tuple[str, ...]
+    has_config: bool = True  # False: it ended before it saved its settings; nothing to resume
 
 
 def tail_lines(path: Path, n: int, max_bytes: int = 64_000) -> list[str]:
@@ -340,6 +341,7 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
         message=str(status.get("message") or ""),
         log_lines=tuple(events[-n_log:] + logs),
         checkpoints=tuple(runs.list_checkpoints(run_dir)),
+        has_config=(run_dir / "config.json").is_file(),
     )
 
 

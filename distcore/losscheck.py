@@ -28,7 +28,7 @@ import keras
 import tensorflow as tf
 
 from . import data as data_lib, devices, inputs
-from .config import MAX_SEED, TEST_SIZE, check_int
+from .config import MAX_SEED, TEST_SIZE, DistcoreError, check_int
 from .model import create_model, forward
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -36,7 +36,10 @@ SUM = tf.distribute.ReduceOp.SUM
 
 def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None, examples=None) -> dict:
     # One batch of test images: more than the test set has would be a smaller batch than reported.
-    global_batch = check_int("global batch size", global_batch, high=TEST_SIZE)
+    try:
+        global_batch = check_int("global batch size", global_batch, high=TEST_SIZE)
+    except DistcoreError as err:  # training allows more: say why this check does not
+        raise DistcoreError(f"{err} The loss check's batch is the first G of the {TEST_SIZE:,} test images.") from None
     examples = global_batch if examples is None else check_int("examples in the batch", examples, high=global_batch)
     seed = check_int("seed", seed, low=0, high=MAX_SEED)  # as training's (numpy's limit is 2**32 - 1)
     device_names = devices.resolve(devices=device_names)

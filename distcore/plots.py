@@ -232,7 +232,8 @@ def loss_figure(metrics: list[dict]) -> go.Figure:
         x=[x for s in saved for x in (s, s, None)], y=[y for _ in saved for y in (0, 1, None)],
         yaxis="y2", mode="lines", name="checkpoint", showlegend=False, hoverinfo="x+name",
         line={"dash": "dot", "color": "#999", "width": 1}))
-    fig.update_layout(title="Training loss per step", xaxis_title="step", yaxis_title="loss",
+    note = {"subtitle": {"text": "dotted lines: checkpoints"}} if saved else {}  # (they had no legend)
+    fig.update_layout(title={"text": "Training loss per step", **note}, xaxis_title="step", yaxis_title="loss",
                       yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
                       height=320, margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig if steps else _empty_note(fig, "no steps yet")
@@ -258,7 +259,8 @@ def epoch_figure(metrics: list[dict], l2: float = 0) -> go.Figure:
     # The legend under the plots, not beside them: beside, it took 40% of a phone's width.
     fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 50, "b": 10},
                       legend={"orientation": "h", "x": 0, "y": -0.25})
-    return fig if epochs else _empty_note(fig, "no finished epoch yet", panels=2)
+    # On two lines: on a phone the one line ran out of each half-width panel.
+    return fig if epochs else _empty_note(fig, "no finished<br>epoch yet", panels=2)
 
 
 def confusion_figure(confusion: list[list[int]], class_names: list[str]) -> go.Figure:

@@ -46,7 +46,7 @@ def check_name(name, what: str = "run name") -> str:
     text = str(name or "").strip()
     if ".." in text or not NAME.match(text):
         raise DistcoreError(
-            f"{what} {text!r} is not allowed: use 1-100 letters, digits, '_', '.' or '-', "
+            f"{what} {text!r} is not allowed: use 1-100 ASCII letters, digits, '_', '.' or '-', "
             "starting with a letter or digit (no '/', no '..')."
         )
     return text
@@ -211,14 +211,17 @@ def saved_config(run_dir) -> TrainConfig:
 
 
 def ended_before_training(run_dir) -> str | None:
-    """'run X was stopped (or failed) before training began and saved nothing' for a run that
-    ended before writing its config.json (it never will have a checkpoint), else None."""
+    """'run X was stopped (failed, died) before training began and saved nothing' for a run
+    that ended before writing its config.json (it never will have a checkpoint), else None."""
     if (run_path(run_dir) / "config.json").is_file():
         return None
     status = read_status(run_dir) or {}
-    if status.get("state") not in ("stopped", "failed"):
+    state = status.get("state")
+    if state == "starting" and not pid_alive(status.get("pid")):  # killed before it said more
+        state = "died"
+    if state not in ("stopped", "failed", "died"):
         return None  # still starting, or not a run
-    why = "was stopped" if status["state"] == "stopped" else f"failed ({status.get('message')})"
+    why = {"stopped": "was stopped", "died": "died (its process is gone)"}.get(state, f"failed ({status.get('message')})")
     return f"run {Path(run_dir).name} {why} before training began and saved nothing"
 
 

@@ -210,8 +210,8 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     assert "start" in logs
     assert "Setup: cnn · adam · learning rate 0.001 · global batch 64 on cpu:0, cpu:1" in status
 
-    assert ("Stopping **r1**: it stops at the end of the current loop (steps per loop: 5 steps), saves a "
-            "checkpoint and exits.") == app.stop_run(settings, "r1")
+    assert ("Stopping **r1**: it stops at the end of the current loop (steps per loop: 5 steps; a process's "
+            "first loop is its first step), saves a checkpoint and exits.") == app.stop_run(settings, "r1")
     assert jobs.wait_until_done(settings.runs_root / "r1", timeout=120)
     status = app.run_view(settings, "r1")[0]
     assert "**stopped**" in status and "ckpt-" in status
@@ -551,6 +551,22 @@ def test_a_run_stopped_before_it_began_is_not_pinned_first_and_says_it_never_has
             "and never will") in md
 
 
+def test_a_run_killed_before_it_saved_its_settings_says_so_everywhere(settings):
+    # Its status line promised a Resume "from step 0"; Resume and the settings button then said
+    # "/server/path has no readable config.json: is it a distcore run directory?", and Evaluate
+    # "no checkpoints yet" (app QA).
+    run = stopped_before_training(settings.runs_root, "early")
+    (run / "status.json").write_text(json.dumps({"state": "starting", "pid": 999999999}))  # then SIGKILL
+    said = "run early died (its process is gone) before training began and saved nothing"
+    status = app.run_view(settings, "early")[0]
+    assert "(killed, or a crash)" in status and "start it again under the same name" in status
+    assert "Resume" not in status
+    for text in (app.resume_run(settings, threading.Lock(), "early", *form())[0],
+                 app.load_run_settings(settings, "early")[0],
+                 app.evaluate(settings, "early", None, app.NO_STRATEGY, 2, [])[0]):
+        assert is_error(text) and said in text and str(settings.runs_root) not in text, text
+
+
 def saved_run(root, name, step, **config):
     """A run directory as training leaves it (config.json, a checkpoint at `step`), no TensorFlow."""
     from distcore.config import TrainConfig
@@ -662,7 +678,7 @@ def test_a_dead_run_is_labelled_died_as_its_status_line_says(settings):
 def test_wording_stop_point_replica_counts_and_worker_notes(settings):
     assert app.stop_point({"steps_per_loop": 20, "workers": 2}) == (
         "it stops once its workers agree, at the end of this loop or at most one loop later (steps per loop: "
-        "20 steps), saves a checkpoint and exits.")
+        "20 steps; a process's first loop is its first step), saves a checkpoint and exits.")
     assert "Per-replica batch: **64** (64 / 1 replica)" in app.batch_note(settings, 64, 1, [])
     # The explanation after the arithmetic, not spliced into it.
     assert "(1 / 2 replicas = 0.50: one CPU replica per worker process)" in app.batch_note(settings, 1, 2, [], 2)

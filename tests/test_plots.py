@@ -123,6 +123,8 @@ def test_checkpoints_are_one_trace_however_many_there_are():
     fig = plots.loss_figure(metrics)
     assert not fig.layout.shapes and [t.name for t in fig.data] == ["training loss", "checkpoint"]
     assert list(fig.data[1].x[:6]) == [1, 1, None, 2, 2, None] and len(fig.data[1].x) == 1200
+    assert fig.layout.title.subtitle.text == "dotted lines: checkpoints"  # their key, with no legend
+    assert not plots.loss_figure(metrics[:400]).layout.title.subtitle.text  # none: no note
 
 
 def test_epoch_figure_train_and_test_curves():
@@ -135,7 +137,7 @@ def test_epoch_figure_train_and_test_curves():
 
 def test_empty_figures_say_so():
     assert "no steps yet" in plots.loss_figure([]).layout.annotations[0].text
-    assert "no finished epoch" in plots.epoch_figure([]).layout.annotations[-1].text
+    assert "no finished<br>epoch yet" == plots.epoch_figure([]).layout.annotations[-1].text
 
 
 def test_confusion_figure():
@@ -181,6 +183,6 @@ def test_empty_figures_have_blank_axes_and_a_note_in_each_panel():
     loss = plots.loss_figure([])
     assert loss.layout.xaxis.showticklabels is False and list(loss.layout.yaxis.range) == [0, 1]
     epochs = plots.epoch_figure([])
-    notes = [a for a in epochs.layout.annotations if a.text == "no finished epoch yet"]
+    notes = [a for a in epochs.layout.annotations if a.text == "no finished<br>epoch yet"]
     assert sorted(a.xref for a in notes) == ["x domain", "x2 domain"]
     assert epochs.layout.xaxis2.showticklabels is False
