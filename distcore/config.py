@@ -161,10 +161,6 @@ class UnevenBatch(DistcoreError):
         self.global_batch, self.replicas = global_batch, replicas
 
 
-def uneven_batch(global_batch: int, replicas: int) -> UnevenBatch:
-    return UnevenBatch(global_batch, replicas)
-
-
 def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
     if is_empty(value):
         raise DistcoreError(f"{name} is empty: it must be one of: {', '.join(choices)}.")
@@ -210,7 +206,7 @@ class SplitConfig:
             )
         replicas = len(self.devices) * self.workers
         if self.api == "function" and self.global_batch % replicas:
-            raise uneven_batch(self.global_batch, replicas)
+            raise UnevenBatch(self.global_batch, replicas)
         if self.files and self.shuffle_seed is not None:
             raise DistcoreError("source files (--files) are for the toy dataset: the Fashion-MNIST rows show "
                                 "training's own split, which writes no files of ids; set them to 0.")
@@ -290,7 +286,7 @@ class TrainConfig:
                 f"{files} --examples 12 --global-batch 4`) shows what {self.policy.upper()} does."
             )
         if self.api == "function" and self.global_batch % self.replicas:
-            raise uneven_batch(self.global_batch, self.replicas)
+            raise UnevenBatch(self.global_batch, self.replicas)
 
     @property
     def replicas(self) -> int:
