@@ -340,15 +340,16 @@ def cmd_train(args) -> int:
                             "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
     # A resume is checked before this process claims the run, so a refusal leaves its status as it was.
     # It may change the number of worker processes (a cluster's run resumed by one process, or back).
-    workers = cluster.current_task().workers if args.multi_worker else 1
-    changes = {**train_flags(args), "workers": workers}
+    task = cluster.current_task() if args.multi_worker else cluster.Task(workers=1, index=0)
+    changes = {**train_flags(args), "workers": task.workers}
     if args.multi_worker:  # not the saved run's devices times the workers; train_config checks this worker's own
         changes["devices"] = ("cpu:0",)
     resumed = runs.resume_config(args.run_dir, changes) if args.resume else None
     if args.resume and not args.multi_worker:  # (a cluster's launcher checked for its workers)
         jobs.check_not_training(args.run_dir)
     stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
-    stop.announce(args.resume, resumed.total_steps() if resumed else None)
+    if task.is_chief:  # the run directory is the chief's: another worker's pid there let the app stop
+        stop.announce(args.resume, resumed.total_steps() if resumed else None)  # the cluster too early (QA)
     try:
         config = train_config(args, resumed)  # (it loads TensorFlow: the stop flag is up by now)
     except DistcoreError as err:
@@ -390,13 +391,13 @@ def cmd_cluster(args) -> int:
     try:
         with stops_before_launch():
             gpus = physical_gpus_without_tf()
+            check_gpus(per_worker, workers, gpus)
+            # Held from here until launch() has started the workers and passes requests on: a
+            # request in between killed this process and left the run "starting" ("died").
+            signal.pthread_sigmask(signal.SIG_BLOCK, cluster.STOPS)
     except StoppedBeforeLaunch:
         print(f"{stopping.BEFORE_TRAINING}: nothing to save.", file=sys.stderr)
         return 0
-    if per_worker > 1 and gpus < workers * per_worker:
-        raise DistcoreError(
-            f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
-            "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica.")
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
     outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
                              gpus_per_worker=per_worker if gpus else 0)
@@ -409,6 +410,13 @@ def cmd_cluster(args) -> int:
         state = (runs.read_status(args.run_dir) or {}).get("state", "finished")
         print(f"{workers} workers {state}; run directory: {args.run_dir}")
     return 0
+
+
+def check_gpus(per_worker: int, workers: int, gpus: int) -> None:
+    if per_worker > 1 and gpus < workers * per_worker:
+        raise DistcoreError(
+            f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
+            "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica.")
 
 
 def forwarded_train_flags(args) -> list[str]:
@@ -559,6 +567,8 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
         sys.stderr.write(err.usage)
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if args.command in WARNINGS_SHOWN else "2")
+    if args.command != "train":  # a launcher's workers start with stops held; `train` takes them in StopFlag.install
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, cluster.STOPS)
     try:
         code = COMMANDS[args.command](args)
     except DistcoreError as err:
