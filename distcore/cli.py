@@ -383,21 +383,32 @@ def cmd_cluster(args) -> int:
     # a worker refusing alone would fail the run. For the batch checks the replica count matters.
     local = tuple(f"cpu:{i}" for i in range(per_worker))  # each worker's replicas (the count is what matters)
     if args.resume:  # with this cluster's devices, not the saved run's (4 devices x 2 workers is not it)
-        runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers, "devices": local})
+        config = runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers, "devices": local})
         jobs.check_not_training(args.run_dir)
     else:
         runs.check_new(args.run_dir)
-        TrainConfig(**train_flags(args), devices=local, workers=workers)
+        config = TrainConfig(**train_flags(args), devices=local, workers=workers)
+    stop = stopping.StopFlag(args.run_dir)  # its announce, withdraw and failed; the signals are handled here
     try:
         with stops_before_launch():
+            # The run names this process, with its new total, from now on, as `train` announces
+            # itself: a resumed cluster showed its old "finished" until a worker started (~5 s, QA).
+            stop.announce(args.resume, config.total_steps())
             gpus = physical_gpus_without_tf()
             check_gpus(per_worker, workers, gpus)
             # Held from here until launch() has started the workers and passes requests on: a
             # request in between killed this process and left the run "starting" ("died").
             signal.pthread_sigmask(signal.SIG_BLOCK, cluster.STOPS)
     except StoppedBeforeLaunch:
+        stopping.mark_state(stop.run_dir, os.getpid(), "stopped", stopping.BEFORE_TRAINING)
         print(f"{stopping.BEFORE_TRAINING}: nothing to save.", file=sys.stderr)
         return 0
+    except DistcoreError as err:
+        if args.resume:  # as `train` does when refused: a resume leaves the run as it was
+            stop.withdraw()
+        else:
+            stop.failed(str(err))
+        raise
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
     outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
                              gpus_per_worker=per_worker if gpus else 0)

@@ -243,6 +243,26 @@ def test_a_two_worker_resume_stopped_before_its_first_step_ends_stopped(tmp_path
     assert events[-2:] == ["resume", "stopped"] and "failed" not in events
 
 
+def test_a_two_worker_resume_shows_starting_with_its_new_total_at_once(tmp_path):
+    # QA: for ~5 s after Resume with 2 workers the run still showed its old "finished" (and its
+    # old total), until a worker announced itself; a single process announces at once.
+    run_dir = tmp_path / "r"
+    jobs.start_training(tmp_path, "r", ["--replicas", "1", *SMALL_PAIR])
+    assert jobs.wait_until_done(run_dir, timeout=120)
+    before = runs.read_status(run_dir)
+    assert (before["state"], before["total_steps"]) == ("finished", 10)
+    launcher = jobs.start_training(tmp_path, "r", ["--epochs", "2"], resume=True, workers=2)
+    assert wait_for(lambda: runs.read_status(run_dir) != before, timeout=30, poll=0.01)
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["pid"], status["total_steps"], status["step"]) == ("starting", launcher, 20, 10)
+    assert jobs.job_progress(run_dir).state == "starting"
+    assert jobs.stop_training(run_dir)  # the launcher is ready for it: it stops before training, the run kept
+    assert jobs.wait_until_done(run_dir, timeout=120)
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["step"]) == ("stopped", 10)
+    assert runs.list_checkpoints(run_dir) == ["ckpt-10"]
+
+
 @contextlib.contextmanager
 def stand_in(run_dir, command: str):
     """A process whose command line reads as `distcore COMMAND --run-dir RUN_DIR`, sleeping."""
