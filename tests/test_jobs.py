@@ -233,8 +233,11 @@ def test_a_two_worker_resume_stopped_before_its_first_step_ends_stopped(tmp_path
     assert jobs.wait_until_done(run_dir, timeout=180)
     assert runs.read_status(run_dir)["state"] == "finished"
     checkpoints = runs.list_checkpoints(run_dir)
-    jobs.start_training(tmp_path, "pair", ["--epochs", "2"], resume=True, workers=2)
-    assert jobs.stop_training(run_dir)  # as soon as it can be stopped: before its first step
+    launcher = jobs.start_training(tmp_path, "pair", ["--epochs", "2"], resume=True, workers=2)
+    # Once the chief has announced itself (before the launcher's workers start, a stop ends
+    # the launcher alone), and long before the workers' first step.
+    assert wait_for(lambda: (runs.read_status(run_dir) or {}).get("pid") in child_pids(launcher), poll=0.01)
+    assert jobs.stop_training(run_dir)
     assert jobs.wait_until_done(run_dir, timeout=180)
     status = runs.read_status(run_dir)
     assert (status["state"], status["step"]) == ("stopped", 10), status.get("message")
