@@ -578,9 +578,9 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
         sys.stderr.write(err.usage)
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if args.command in WARNINGS_SHOWN else "2")
-    if args.command != "train":  # a launcher's workers start with stops held; `train` takes them in StopFlag.install
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, cluster.STOPS)
     try:
+        if args.command != "train":  # a launcher's workers start with stops held (`train`: StopFlag.install)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, cluster.STOPS)  # (a held Ctrl-C lands in this try)
         code = COMMANDS[args.command](args)
     except DistcoreError as err:
         if getattr(args, "json", False):
