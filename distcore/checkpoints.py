@@ -27,22 +27,31 @@ class Saver:
         self.folder = Path(folder)
         self.read_folder = Path(read_folder or folder)
         self.manager = tf.train.CheckpointManager(checkpoint, str(folder), max_to_keep=None, checkpoint_name="ckpt")
+        self.steps = set()  # of the checkpoints this process saved or restored
 
     def has(self, step: int) -> bool:
-        return f"ckpt-{step}" in runs.list_checkpoints(self.folder.parent)
+        """Whether this process saved or restored the checkpoint of `step`: the same answer on
+        every worker of a cluster, as their collectives need (a save runs a test pass). Not a look
+        at `folder`: a non-chief's own folder lacks the chief's checkpoint it resumed from, so
+        after a resume stopped before its first step worker 1 alone ran the test pass, waited in
+        its all-reduce for a chief that had left, and failed the run (QA)."""
+        return step in self.steps
 
     def save(self, step: int) -> str:
         try:
             path = self.manager.save(checkpoint_number=step)
         except (OSError, tf.errors.OpError) as err:
             raise DistcoreError(f"could not save a checkpoint in {self.folder}: {file_error(err)}.") from None
+        self.steps.add(step)
         return Path(path).name
 
     def restore_latest(self, on_fallback=lambda message: None) -> str:
         """Restore the newest checkpoint that reads back intact; return its name."""
         for leftover in self.read_folder.glob("*_temp*"):
             shutil.rmtree(leftover, ignore_errors=True)  # a save that was killed half-way
-        return newest_intact(self.read_folder, lambda prefix: restore(self.checkpoint, prefix), on_fallback)
+        name = newest_intact(self.read_folder, lambda prefix: restore(self.checkpoint, prefix), on_fallback)
+        self.steps.add(runs.checkpoint_step(name))
+        return name
 
 
 def file_error(err: BaseException) -> str:

@@ -340,15 +340,16 @@ def cmd_train(args) -> int:
                             "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
     # A resume is checked before this process claims the run, so a refusal leaves its status as it was.
     # It may change the number of worker processes (a cluster's run resumed by one process, or back).
-    workers = cluster.current_task().workers if args.multi_worker else 1
-    changes = {**train_flags(args), "workers": workers}
+    task = cluster.current_task() if args.multi_worker else cluster.Task(workers=1, index=0)
+    changes = {**train_flags(args), "workers": task.workers}
     if args.multi_worker:  # not the saved run's devices times the workers; train_config checks this worker's own
         changes["devices"] = ("cpu:0",)
     resumed = runs.resume_config(args.run_dir, changes) if args.resume else None
     if args.resume and not args.multi_worker:  # (a cluster's launcher checked for its workers)
         jobs.check_not_training(args.run_dir)
     stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
-    stop.announce(args.resume, resumed.total_steps() if resumed else None)
+    if task.is_chief:  # the run directory is the chief's: another worker's pid there let the app stop
+        stop.announce(args.resume, resumed.total_steps() if resumed else None)  # the cluster too early (QA)
     try:
         config = train_config(args, resumed)  # (it loads TensorFlow: the stop flag is up by now)
     except DistcoreError as err:
@@ -382,21 +383,32 @@ def cmd_cluster(args) -> int:
     # a worker refusing alone would fail the run. For the batch checks the replica count matters.
     local = tuple(f"cpu:{i}" for i in range(per_worker))  # each worker's replicas (the count is what matters)
     if args.resume:  # with this cluster's devices, not the saved run's (4 devices x 2 workers is not it)
-        runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers, "devices": local})
+        config = runs.resume_config(args.run_dir, {**train_flags(args), "workers": workers, "devices": local})
         jobs.check_not_training(args.run_dir)
     else:
         runs.check_new(args.run_dir)
-        TrainConfig(**train_flags(args), devices=local, workers=workers)
+        config = TrainConfig(**train_flags(args), devices=local, workers=workers)
+    stop = stopping.StopFlag(args.run_dir)  # its announce, withdraw and failed; the signals are handled here
     try:
         with stops_before_launch():
+            # The run names this process, with its new total, from now on, as `train` announces
+            # itself: a resumed cluster showed its old "finished" until a worker started (~5 s, QA).
+            stop.announce(args.resume, config.total_steps())
             gpus = physical_gpus_without_tf()
+            check_gpus(per_worker, workers, gpus)
+            # Held from here until launch() has started the workers and passes requests on: a
+            # request in between killed this process and left the run "starting" ("died").
+            signal.pthread_sigmask(signal.SIG_BLOCK, cluster.STOPS)
     except StoppedBeforeLaunch:
+        stopping.mark_state(stop.run_dir, os.getpid(), "stopped", stopping.BEFORE_TRAINING)
         print(f"{stopping.BEFORE_TRAINING}: nothing to save.", file=sys.stderr)
         return 0
-    if per_worker > 1 and gpus < workers * per_worker:
-        raise DistcoreError(
-            f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
-            "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica.")
+    except DistcoreError as err:
+        if args.resume:  # as `train` does when refused: a resume leaves the run as it was
+            stop.withdraw()
+        else:
+            stop.failed(str(err))
+        raise
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
     outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
                              gpus_per_worker=per_worker if gpus else 0)
@@ -409,6 +421,13 @@ def cmd_cluster(args) -> int:
         state = (runs.read_status(args.run_dir) or {}).get("state", "finished")
         print(f"{workers} workers {state}; run directory: {args.run_dir}")
     return 0
+
+
+def check_gpus(per_worker: int, workers: int, gpus: int) -> None:
+    if per_worker > 1 and gpus < workers * per_worker:
+        raise DistcoreError(
+            f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
+            "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica.")
 
 
 def forwarded_train_flags(args) -> list[str]:
@@ -560,6 +579,8 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if args.command in WARNINGS_SHOWN else "2")
     try:
+        if args.command != "train":  # a launcher's workers start with stops held (`train`: StopFlag.install)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, cluster.STOPS)  # (a held Ctrl-C lands in this try)
         code = COMMANDS[args.command](args)
     except DistcoreError as err:
         if getattr(args, "json", False):

@@ -14,6 +14,7 @@ watches them: when one dies, the rest are stopped (SIGTERM, then SIGKILL after
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from pathlib import Path
 from . import devices, stopping
 from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError
 
+STOPS = {signal.SIGTERM, signal.SIGINT}  # the stop requests the launcher passes on
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 3.0
 FAILURE_BOUND_SECONDS = 10  # death noticed within POLL, the rest gone within GRACE + kill
@@ -193,7 +195,8 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
 
     Worker i's stdout goes to LOG_DIR/worker-i.out (the chief's to `chief_stdout`
     when given), its stderr to LOG_DIR/worker-i.log. SIGTERM and SIGINT are passed on
-    to every worker. The workers' temporary folders are removed however they end.
+    to every worker, which holds them until its stop handler is in place (`held_stops`).
+    The workers' temporary folders are removed however they end.
     """
     own_logs = log_dir is None
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="distcore-cluster-"))
@@ -208,14 +211,15 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     # and leave workers behind.
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
     try:
-        for index, tf_config in enumerate(local_tf_configs(workers)):
-            env = worker_env(index, tf_config, workers, gpus_per_worker, scratch)
-            log = open(log_dir / f"worker-{index}.log", "w")
-            out = open(log_dir / f"worker-{index}.out", "w")
-            files += [log, out]
-            stdout = chief_stdout if index == 0 and chief_stdout is not None else out
-            procs.append(subprocess.Popen([sys.executable, "-m", "distcore", *worker_args], env=env,
-                                          stdout=stdout, stderr=log, text=True))
+        with held_stops(in_main):
+            for index, tf_config in enumerate(local_tf_configs(workers)):
+                env = worker_env(index, tf_config, workers, gpus_per_worker, scratch)
+                log = open(log_dir / f"worker-{index}.log", "w")
+                out = open(log_dir / f"worker-{index}.out", "w")
+                files += [log, out]
+                stdout = chief_stdout if index == 0 and chief_stdout is not None else out
+                procs.append(subprocess.Popen([sys.executable, "-m", "distcore", *worker_args], env=env,
+                                              stdout=stdout, stderr=log, text=True))
         outcome = watch(procs, log_dir, timeout)
     finally:
         stop_all(procs)  # nothing left to stop unless start-up or watching failed
@@ -229,6 +233,25 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     elif own_logs:
         outcome.message += f" (worker logs: {log_dir})"
     return outcome
+
+
+@contextlib.contextmanager
+def held_stops(in_main: bool):
+    """Block SIGTERM and SIGINT while the workers start, then take them again.
+
+    A worker inherits the blocked mask through exec and keeps a stop request pending until
+    its StopFlag.install() unblocks it: a stop forwarded before its handler was in place killed
+    it (QA: "worker 0 was killed by SIGTERM" a few seconds after Start, the run left "died").
+    A request that reaches the launcher meanwhile waits too, and is forwarded to every worker
+    once all are started. The caller may have blocked them already (`cluster` does, from its
+    GPU count on): they are unblocked here either way."""
+    if in_main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        yield
+    finally:
+        if in_main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
 
 
 def worker_env(index: int, tf_config: str, workers: int, gpus_per_worker: int, scratch: str) -> dict:

@@ -56,6 +56,9 @@ class StopFlag:
     def install(self):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.set)
+        # The cluster launcher starts its workers with these blocked (cluster.held_stops): one
+        # that came before this handler was in place is delivered to it now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         return self
 
     def announce(self, resume: bool, total_steps: int | None = None) -> None:

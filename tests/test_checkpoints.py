@@ -107,6 +107,20 @@ def test_damaged_files_are_called_damaged_and_the_fallback_note_reads_as_one_sen
     assert ".;" not in notes[0] and "into this model" not in notes[0]
 
 
+def test_every_worker_knows_it_resumed_from_the_chiefs_checkpoint(tmp_path):
+    # Saving a step runs a test pass (collectives), so every worker must skip the same saves.
+    # A non-chief saves into a folder of its own and restores from the chief's: it looked in its
+    # own, found no checkpoint of the step it had resumed from, and alone tested and saved it.
+    chief = checkpoints.Saver(tf.train.Checkpoint(v=tf.Variable(1.0)), tmp_path / "run" / "checkpoints")
+    chief.save(10)
+    worker = checkpoints.Saver(tf.train.Checkpoint(v=tf.Variable(0.0)), tmp_path / "worker-1" / "checkpoints",
+                               read_folder=tmp_path / "run" / "checkpoints")
+    assert worker.restore_latest() == "ckpt-10"
+    assert worker.has(10) and not worker.has(20)
+    worker.save(20)
+    assert worker.has(20)
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     from distcore.config import TrainConfig

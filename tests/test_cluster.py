@@ -238,6 +238,29 @@ def test_a_stop_reaching_only_the_chief_during_start_up_stops_both(tmp_path):
     assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r] == ["start", "stopped"]
 
 
+def test_a_stop_passed_on_before_the_workers_handlers_are_in_place_stops_them_at_step_0(tmp_path):
+    # QA: Stop a few seconds after Start ended "worker 0 was killed by SIGTERM" and the run "died":
+    # the launcher passed the signal on to a worker still starting Python, before its stop handler.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()  # as the app makes it
+    proc = start_cluster(run_dir)
+    deadline = time.monotonic() + 60
+    while len(subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "distcore train"], capture_output=True,
+                             text=True).stdout.split()) < 2:  # both workers started, neither ready yet
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stderr[-2000:]
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["step"]) == ("stopped", 0)
+    assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r] == ["start", "stopped"]
+
+
 # Workers started by hand, one per host, as in the README's multi-host recipe (no launcher).
 BARE = ["train", "--multi-worker", "--train-examples", "640", "--test-examples", "100", "--max-steps", "10",
         "--steps-per-loop", "5"]

@@ -187,6 +187,11 @@ PAIR = ["--global-batch", "64", "--train-examples", "12800", "--test-examples", 
         "--steps-per-loop", "5", "--seed", "3"]
 
 
+# Two workers, 10 steps: a short run to resume.
+SMALL_PAIR = ["--global-batch", "64", "--train-examples", "640", "--test-examples", "200", "--epochs", "1",
+              "--steps-per-loop", "5"]
+
+
 def child_pids(pid) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return [int(p) for p in f.read().split()]
@@ -217,6 +222,48 @@ def test_a_two_worker_run_stops_at_one_step_and_resumes(tmp_path):
     assert (resumed.state, resumed.step) == ("finished", stop_step + 10)
     steps = [m["step"] for m in runs.read_metrics(run_dir) if "loss" in m]
     assert steps == list(range(1, stop_step + 11))
+
+
+def test_a_two_worker_resume_stopped_before_its_first_step_ends_stopped(tmp_path):
+    # QA: Stop a second after Resume ended "failed" (3 of 3): the chief skipped the save of the
+    # step it resumed from, worker 1 did not (its own folder lacked that checkpoint) and waited
+    # in the save's test pass for a chief that had left ("RecvBuf ... Socket closed").
+    run_dir = tmp_path / "pair"
+    jobs.start_training(tmp_path, "pair", SMALL_PAIR, workers=2)
+    assert jobs.wait_until_done(run_dir, timeout=180)
+    assert runs.read_status(run_dir)["state"] == "finished"
+    checkpoints = runs.list_checkpoints(run_dir)
+    launcher = jobs.start_training(tmp_path, "pair", ["--epochs", "2"], resume=True, workers=2)
+    # Once the chief has announced itself (before the launcher's workers start, a stop ends
+    # the launcher alone), and long before the workers' first step.
+    assert wait_for(lambda: (runs.read_status(run_dir) or {}).get("pid") in child_pids(launcher), poll=0.01)
+    assert jobs.stop_training(run_dir)
+    assert jobs.wait_until_done(run_dir, timeout=180)
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["step"]) == ("stopped", 10), status.get("message")
+    assert runs.list_checkpoints(run_dir) == checkpoints
+    events = [m["event"] for m in runs.read_metrics(run_dir) if "event" in m]
+    assert events[-2:] == ["resume", "stopped"] and "failed" not in events
+
+
+def test_a_two_worker_resume_shows_starting_with_its_new_total_at_once(tmp_path):
+    # QA: for ~5 s after Resume with 2 workers the run still showed its old "finished" (and its
+    # old total), until a worker announced itself; a single process announces at once.
+    run_dir = tmp_path / "r"
+    jobs.start_training(tmp_path, "r", ["--replicas", "1", *SMALL_PAIR])
+    assert jobs.wait_until_done(run_dir, timeout=120)
+    before = runs.read_status(run_dir)
+    assert (before["state"], before["total_steps"]) == ("finished", 10)
+    launcher = jobs.start_training(tmp_path, "r", ["--epochs", "2"], resume=True, workers=2)
+    assert wait_for(lambda: runs.read_status(run_dir) != before, timeout=30, poll=0.01)
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["pid"], status["total_steps"], status["step"]) == ("starting", launcher, 20, 10)
+    assert jobs.job_progress(run_dir).state == "starting"
+    assert jobs.stop_training(run_dir)  # the launcher is ready for it: it stops before training, the run kept
+    assert jobs.wait_until_done(run_dir, timeout=120)
+    status = runs.read_status(run_dir)
+    assert (status["state"], status["step"]) == ("stopped", 10)
+    assert runs.list_checkpoints(run_dir) == ["ckpt-10"]
 
 
 @contextlib.contextmanager

@@ -147,3 +147,15 @@ def test_a_failure_recorded_by_the_launcher_drops_the_running_speed_and_eta(tmp_
         "state": "failed", "step": 80, "total_steps": 94, "message": "worker 0 was killed by SIGKILL"}
     assert "examples_per_sec" not in status and "eta_seconds" not in status
     assert runs.read_metrics(tmp_path)[-1]["event"] == "failed"
+
+
+def test_a_failure_before_the_run_was_set_up_is_still_its_final_status(tmp_path):
+    # A cluster whose worker died before the chief wrote config.json left the launcher's
+    # "starting" status behind, and the app showed the run "died".
+    runs.write_json_atomic(tmp_path / "status.json", {"state": "starting", "pid": 1, "total_steps": 94})
+    runs.record_failure(tmp_path, "worker 0 was killed by SIGKILL")
+    status = runs.read_status(tmp_path)
+    assert (status["state"], status["message"]) == ("failed", "worker 0 was killed by SIGKILL")
+    assert not (tmp_path / "metrics.jsonl").exists()
+    runs.record_failure(tmp_path / "none", "worker 0 was killed by SIGKILL")  # not a run: nothing written
+    assert not (tmp_path / "none").exists()
