@@ -336,7 +336,10 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
         epoch=int(status.get("epoch") or last_step.get("epoch") or 0),
         # A live run: what its running status says, which is nothing after a chunk that traced
         # (and while starting, when the status still holds the previous process's numbers).
-        examples_per_sec=live.get("examples_per_sec") if active else steady_speed(metrics),
+        # A final state is the metrics' though its process lives on: a cluster's launcher waits
+        # for its workers after the chief's "stopped", and the speed read "–" meanwhile.
+        examples_per_sec=live.get("examples_per_sec") if active and state in runs.ACTIVE_STATES
+        else steady_speed(metrics),
         eta_seconds=live.get("eta_seconds") if active else None,
         message=str(status.get("message") or ""),
         log_lines=tuple(events[-n_log:] + logs),

@@ -318,3 +318,15 @@ def test_no_speed_or_eta_is_shown_from_a_chunk_that_traced_or_a_previous_process
     assert jobs.job_progress(run_dir).examples_per_sec is None
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in resumed[:1]))
     assert jobs.job_progress(run_dir).examples_per_sec == 900.0
+
+
+def test_a_stopped_run_whose_launcher_still_waits_shows_its_speed(tmp_path, monkeypatch):
+    # After a 2-worker run's Stop the chief writes "stopped" while the launcher waits for its
+    # workers: the page showed "– examples/s" until the launcher had exited (QA).
+    records = [{"event": "start", "step": 0}, {"step": 1, "loss": 2.0, "examples": 64},
+               {"step": 2, "loss": 1.9, "examples": 64, "examples_per_sec": 5000.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    runs.write_json_atomic(tmp_path / "status.json", {"state": "stopped", "step": 2, "total_steps": 10})
+    monkeypatch.setattr(jobs, "job_pid", lambda run_dir: 4242)  # the launcher, still exiting
+    progress = jobs.job_progress(tmp_path)
+    assert (progress.state, progress.active, progress.examples_per_sec) == ("stopped", True, 5000.0)
