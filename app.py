@@ -875,9 +875,10 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
 def _on_load(settings: AppSettings, kept=None):
     """A page follows the run its browser followed (`kept`), if it is still there; a fresh
     one (or a second browser) the running job, if any (default_run)."""
-    follow = kept if kept and kept in list_run_names(settings) else default_run(settings)
-    latest = checkpoint_dropdown(settings, follow)
-    return run_dropdown(settings, follow), run_dropdown(settings, follow), latest
+    labels = run_labels(settings)  # listed once, for both pickers (each label reads a status.json)
+    follow = kept if kept in [name for _, name in labels] else default_run(settings, labels)
+    pickers = gr.update(choices=labels, value=follow)
+    return pickers, pickers, checkpoint_dropdown(settings, follow)
 
 
 TABS = ("setup", "train", "evaluate", "loss")
@@ -1090,10 +1091,10 @@ def _evaluate_tab(settings: AppSettings, bind) -> dict:
     go_button = gr.Button("Evaluate checkpoint", variant="primary")
     ui["result"] = gr.Markdown()
     ui["confusion"] = gr.Plot(label="Confusion matrix")
-    # Full width, 5 across: a caption as long as "✗ T-shirt/top → Ankle boot" fits under its image.
-    # "fit-content", since Gradio gives height="auto" a 550 px box that scrolls on its own.
-    # The label is one line on a phone, where a second one covered the first images.
-    # Its caption above it, not as Gradio's label, which on a phone covered the first images' tops.
+    # Full width, 4 across (16 images: 4 full rows): a caption as long as "✗ T-shirt/top → Ankle
+    # boot" fits under its image. "fit-content", since Gradio gives height="auto" a 550 px box that
+    # scrolls on its own. Its caption above it, not as Gradio's label, which on a phone covered
+    # the first images' tops.
     gr.Markdown("**Test images**: ✓ right · ✗ true class → predicted")
     ui["gallery"] = gr.Gallery(show_label=False, columns=4, height="fit-content", object_fit="contain",
                                elem_id="dc-gallery")

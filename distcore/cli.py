@@ -353,10 +353,7 @@ def cmd_train(args) -> int:
     try:
         config = train_config(args, resumed)  # (it loads TensorFlow: the stop flag is up by now)
     except DistcoreError as err:
-        if args.resume:
-            stop.withdraw()  # refused flags leave the run as it was
-        else:
-            stop.failed(str(err))
+        stop.refused(str(err), args.resume)
         raise
     try:
         from . import controller
@@ -398,16 +395,13 @@ def cmd_cluster(args) -> int:
             check_gpus(per_worker, workers, gpus)
             # Held from here until launch() has started the workers and passes requests on: a
             # request in between killed this process and left the run "starting" ("died").
-            signal.pthread_sigmask(signal.SIG_BLOCK, cluster.STOPS)
+            signal.pthread_sigmask(signal.SIG_BLOCK, stopping.STOPS)
     except StoppedBeforeLaunch:
         stopping.mark_state(stop.run_dir, os.getpid(), "stopped", stopping.BEFORE_TRAINING)
         print(f"{stopping.BEFORE_TRAINING}: nothing to save.", file=sys.stderr)
         return 0
     except DistcoreError as err:
-        if args.resume:  # as `train` does when refused: a resume leaves the run as it was
-            stop.withdraw()
-        else:
-            stop.failed(str(err))
+        stop.refused(str(err), args.resume)  # as `train` does
         raise
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
     outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
@@ -453,7 +447,7 @@ def stops_before_launch():
     def stop(signum, frame):
         raise StoppedBeforeLaunch
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, stop) for sig in stopping.STOPS}
     try:
         yield
     finally:
@@ -580,7 +574,7 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if args.command in WARNINGS_SHOWN else "2")
     try:
         if args.command != "train":  # a launcher's workers start with stops held (`train`: StopFlag.install)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, cluster.STOPS)  # (a held Ctrl-C lands in this try)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping.STOPS)  # (a held Ctrl-C lands in this try)
         code = COMMANDS[args.command](args)
     except DistcoreError as err:
         if getattr(args, "json", False):

@@ -33,7 +33,6 @@ from pathlib import Path
 from . import devices, stopping
 from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError
 
-STOPS = {signal.SIGTERM, signal.SIGINT}  # the stop requests the launcher passes on
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 3.0
 FAILURE_BOUND_SECONDS = 10  # death noticed within POLL, the rest gone within GRACE + kill
@@ -209,7 +208,7 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     in_main = threading.current_thread() is threading.main_thread()  # signals can only be set there
     # Installed before the first worker starts, so no stop request can end the launcher
     # and leave workers behind.
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
+    previous = {sig: signal.signal(sig, forward) for sig in stopping.STOPS} if in_main else {}
     try:
         with held_stops(in_main):
             for index, tf_config in enumerate(local_tf_configs(workers)):
@@ -246,12 +245,12 @@ def held_stops(in_main: bool):
     once all are started. The caller may have blocked them already (`cluster` does, from its
     GPU count on): they are unblocked here either way."""
     if in_main:
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+        signal.pthread_sigmask(signal.SIG_BLOCK, stopping.STOPS)
     try:
         yield
     finally:
         if in_main:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping.STOPS)
 
 
 def worker_env(index: int, tf_config: str, workers: int, gpus_per_worker: int, scratch: str) -> dict:

@@ -385,11 +385,11 @@ def record_failure(run_dir, message: str) -> None:
     """Mark a run failed from outside its training process (e.g. the cluster launcher
     after a worker died and the chief had to be killed)."""
     run_dir = Path(run_dir)
-    started = (run_dir / "config.json").is_file()
-    if not started and read_status(run_dir) is None:
+    started, status = (run_dir / "config.json").is_file(), read_status(run_dir)
+    if not started and status is None:
         return  # not a run: nothing to mark
     # Not the running chief's speed and ETA: a final status has none (as the trainer writes it).
-    status = {k: v for k, v in (read_status(run_dir) or {}).items() if k not in ("examples_per_sec", "eta_seconds")}
+    status = {k: v for k, v in (status or {}).items() if k not in ("examples_per_sec", "eta_seconds")}
     status.update(state="failed", message=message, time=time.time())
     write_json_atomic(run_dir / "status.json", status)
     if not started:  # announced, never set up: its "starting" status stayed, and the run read "died"

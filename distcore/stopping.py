@@ -29,6 +29,7 @@ LAUNCHED_ENV = "DISTCORE_LAUNCHED_WORKER"
 # the terminal, and through a wrapper script that passes signals on).
 SAME_REQUEST_SECONDS = 0.5
 BEFORE_TRAINING = "stopped before training began"
+STOPS = (signal.SIGTERM, signal.SIGINT)  # the stop requests: handled here, passed on by the cluster launcher
 # How autograph names the module of each function it converts (tensorflow/python/autograph/pyct/loader.py).
 AUTOGRAPH_MODULE_PREFIX = "__autograph_generated_file"
 
@@ -54,11 +55,11 @@ class StopFlag:
         return self._event.is_set()
 
     def install(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOPS:
             signal.signal(sig, self.set)
         # The cluster launcher starts its workers with these blocked (cluster.held_stops): one
         # that came before this handler was in place is delivered to it now.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         return self
 
     def announce(self, resume: bool, total_steps: int | None = None) -> None:
@@ -82,6 +83,14 @@ class StopFlag:
         if before and status and status.get("pid") == os.getpid() and status.get("state") == "starting":
             with contextlib.suppress(DistcoreError):
                 runs.write_json_atomic(self.run_dir / "status.json", before)
+
+    def refused(self, message: str, resume: bool) -> None:
+        """The flags were refused before anything was done: a resume leaves the run as it was,
+        a new run says it failed."""
+        if resume:
+            self.withdraw()
+        else:
+            self.failed(message)
 
     def failed(self, message: str) -> None:
         """The set-up failed before training began: say so where the app looks."""
@@ -190,7 +199,7 @@ def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None) -> Non
     first = None
     with os.fdopen(read_end, "rb", buffering=0) as pipe:
         while signums := pipe.read(64):
-            if not any(s in (signal.SIGTERM, signal.SIGINT) for s in signums):
+            if not any(s in STOPS for s in signums):
                 continue
             now = time.monotonic()
             if first is None:
