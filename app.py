@@ -513,7 +513,9 @@ def run_view(settings: AppSettings, name):
     p = jobs.job_progress(run_dir, metrics=metrics)
     config = runs.read_json(run_dir / "config.json") or {}
     text = status_md(p) + config_line(config)
-    return (text, plots.loss_figure(metrics), plots.epoch_figure(metrics, config.get("l2") or 0),
+    # The checkpoints on disk, not the log's: one deleted by hand is no longer there to restore.
+    saved = [runs.checkpoint_step(c) for c in runs.list_checkpoints(run_dir)]
+    return (text, plots.loss_figure(metrics, saved), plots.epoch_figure(metrics, config.get("l2") or 0),
             log_text(run_dir, metrics))
 
 
@@ -577,7 +579,7 @@ def run_signature(settings: AppSettings, name) -> tuple:
     except DistcoreError:
         return (name,)
     sig = [name, jobs.is_active(run_dir)]
-    for f in ("metrics.jsonl", "status.json", jobs.LOG_FILE):
+    for f in ("metrics.jsonl", "status.json", jobs.LOG_FILE, "checkpoints"):
         try:
             st = (run_dir / f).stat()
             sig += [st.st_size, st.st_mtime_ns]

@@ -217,8 +217,9 @@ def _empty_note(fig: go.Figure, text: str, panels: int = 1) -> go.Figure:
     return fig
 
 
-def loss_figure(metrics: list[dict]) -> go.Figure:
-    """Training loss per step, with checkpoints marked."""
+def loss_figure(metrics: list[dict], saved: list[int] | None = None) -> go.Figure:
+    """Training loss per step, with checkpoints marked: the steps in `saved` (those on disk),
+    else the checkpoint records in the metrics."""
     steps = step_records(metrics)
     fig = go.Figure(go.Scatter(
         x=[m["step"] for m in steps], y=[m["loss"] for m in steps],
@@ -227,7 +228,8 @@ def loss_figure(metrics: list[dict]) -> go.Figure:
     ))
     # The checkpoints as one trace of vertical segments (on a hidden 0-1 axis): one add_vline
     # each grew quadratically, 38 s for 400 checkpoints, at every redraw of a training run.
-    saved = [m["step"] for m in metrics if m.get("event") == "checkpoint" and "step" in m]
+    if saved is None:
+        saved = [m["step"] for m in metrics if m.get("event") == "checkpoint" and "step" in m]
     fig.add_trace(go.Scatter(
         x=[x for s in saved for x in (s, s, None)], y=[y for _ in saved for y in (0, 1, None)],
         yaxis="y2", mode="lines", name="checkpoint", showlegend=False, hoverinfo="x+name",

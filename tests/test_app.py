@@ -395,6 +395,19 @@ def write_run(root, name, state, checkpoints=(), log="", events=()):
     return run
 
 
+def test_the_loss_plot_marks_the_checkpoints_on_disk_and_redraws_when_one_is_deleted(settings):
+    events = [{"step": s, "loss": 1.0} for s in (10, 20, 30)]
+    events += [{"event": "checkpoint", "step": s} for s in (10, 20, 30)]
+    run = write_run(settings.runs_root, "kept", "finished", checkpoints=["ckpt-10", "ckpt-20", "ckpt-30"],
+                    events=events)
+    marked = lambda fig: [x for x in fig.data[1].x if x is not None][::2]  # noqa: E731  (two ends a line)
+    *view, sig = app.poll_run(settings, "kept", None)
+    assert marked(view[1]) == [10, 20, 30]
+    (run / "checkpoints" / "ckpt-20.index").unlink()  # deleted by hand: nothing to restore there
+    *view, _ = app.poll_run(settings, "kept", sig)
+    assert marked(view[1]) == [10, 30]
+
+
 def test_with_an_l2_weight_the_epoch_plot_says_which_loss_has_the_penalty(settings):
     # Issue: with --l2 0.01 the train loss (3.54, penalty included) and test loss (1.66, none)
     # were plotted side by side as "train loss" and "test loss": the gap read as overfitting.
