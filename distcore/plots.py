@@ -110,12 +110,13 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
         title += f"<br><sup>showing the first {max_rows // 2} and last {max_rows - max_rows // 2} steps</sup>"
     fig.update_layout(
         # At the top: plotly turns 5+ replicas' labels upright on a phone, and they reached up
-        # into a title placed in the middle of the margin.
+        # into a title placed in the middle of the margin. Below the toolbar, which a touch
+        # shows over the top 30 px: it covered the title on a phone.
         title={"text": title, "font": {"size": 15}, "yref": "container", "y": 1, "yanchor": "top",
-               "pad": {"t": 10 if len(rows) == len(steps) else 30}},  # (plotly anchors a second line's)
+               "pad": {"t": 34 if len(rows) == len(steps) else 54}},  # (plotly anchors a second line's)
         yaxis={"autorange": "reversed", "type": "category"},
         xaxis={"side": "top", "type": "category"},
-        height=180 + 48 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 120, "b": 10},
+        height=204 + 48 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 144, "b": 10},
     )
     return fig
 
@@ -235,7 +236,9 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None) -> go.Figur
         yaxis="y2", mode="lines", name="checkpoint", showlegend=False, hoverinfo="x+name",
         line={"dash": "dot", "color": "#999", "width": 1}))
     note = {"subtitle": {"text": "dotted lines: checkpoints"}} if saved else {}  # (they had no legend)
+    # No legend: the title names the one line, and beside it the legend took 40% of a phone's width.
     fig.update_layout(title={"text": "Training loss per step", **note}, xaxis_title="step", yaxis_title="loss",
+                      showlegend=False,
                       yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
                       height=320, margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig if steps else _empty_note(fig, "no steps yet")

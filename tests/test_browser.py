@@ -135,6 +135,11 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
         const title = document.querySelector('#dc-split .gtitle').getBoundingClientRect();
         return [...document.querySelectorAll('#dc-split .xtick text')].map(e => e.getBoundingClientRect())
             .filter(b => b.top < title.bottom && b.left < title.right && b.right > title.left).length; }""") == 0
+    # Nor does the toolbar a touch shows at the top (it covered the title on a phone).
+    assert page.evaluate("""() => {
+        const title = document.querySelector('#dc-split .gtitle').getBoundingClientRect();
+        const bar = document.querySelector('#dc-split .modebar').getBoundingClientRect();
+        return bar.top < title.bottom && bar.bottom > title.top && bar.left < title.right && bar.right > title.left; }""") is False
     page.set_viewport_size({"width": 1280, "height": 1000})
     devices.get_by_text("2", exact=True).click()
 

@@ -17,8 +17,8 @@ import tensorflow as tf
 from conftest import cpus
 from distcore import checkpoints, data, inputs, runs
 from distcore.config import DistcoreError, TrainConfig
-from distcore.controller import (Controller, StopFlag, failure_message, remaining_test_passes, resume_config,
-                                 train_examples, worker_scratch)
+from distcore.controller import (Controller, StopFlag, failure_message, guess_test_seconds, remaining_test_passes,
+                                 resume_config, train_examples, worker_scratch)
 from distcore.loop import StepRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -319,10 +319,18 @@ def test_the_eta_counts_the_test_passes_still_to_come(tmp_path, monkeypatch):
     statuses = []
     set_status = Controller.set_status
     monkeypatch.setattr(Controller, "set_status", lambda self, state, **extra: statuses.append(
-        (self.runner.step.numpy(), extra.get("eta_seconds"), self.test_seconds)) or set_status(self, state, **extra))
+        (self.runner.step.numpy(), extra.get("eta_seconds"), self.test_seconds, extra.get("examples_per_sec")))
+        or set_status(self, state, **extra))
     Controller(config.replace(test_examples=2000, steps_per_loop=2), tmp_path / "r").run()
-    eta, test_seconds = next((eta, t) for step, eta, t in statuses if step == 12 and eta is not None)
+    eta, test_seconds = next((eta, t) for step, eta, t, _ in statuses if step == 12 and eta is not None)
     assert test_seconds > 0 and eta > 2 * test_seconds  # after step 12: the passes at 16 and 20, and 8 steps
+    # Before the process has timed a pass (a new run before its first checkpoint, or just after
+    # a resume), a pass is guessed from the training speed: it counted 0 and said 1 s for 8.
+    eta, test_seconds, speed = next((eta, t, v) for step, eta, t, v in statuses if step == 2 and eta is not None)
+    step_seconds = 64 / speed  # full batches of 64
+    assert test_seconds is None and guess_test_seconds(config.replace(test_examples=2000), step_seconds) == (
+        pytest.approx(2000 / 64 * step_seconds / 3))
+    assert eta == pytest.approx(18 * step_seconds + 6 * 2000 / 64 * step_seconds / 3)  # 18 steps, 6 passes
 
 
 def test_a_mistyped_data_dir_leaves_no_run_behind(tmp_path):

@@ -124,6 +124,7 @@ def test_checkpoints_are_one_trace_however_many_there_are():
     assert not fig.layout.shapes and [t.name for t in fig.data] == ["training loss", "checkpoint"]
     assert list(fig.data[1].x[:6]) == [1, 1, None, 2, 2, None] and len(fig.data[1].x) == 1200
     assert fig.layout.title.subtitle.text == "dotted lines: checkpoints"  # their key, with no legend
+    assert fig.layout.showlegend is False  # the title names the one line; the legend took 40% of a phone
     assert not plots.loss_figure(metrics[:400]).layout.title.subtitle.text  # none: no note
 
 
