@@ -13,10 +13,12 @@ RUN python -m venv .venv && .venv/bin/python -m pip install --no-cache-dir --upg
 COPY . .
 
 # Containers (and Hugging Face Spaces) must listen on all interfaces; a local
-# `python app.py` keeps the loopback default.
+# `python app.py` keeps the loopback default. The FILE policy's TFRecord cache goes where
+# any user can write: `docker run --user` has no home to put ~/.cache in.
 ENV GRADIO_SERVER_NAME=0.0.0.0 \
     GRADIO_SERVER_PORT=7860 \
     DISTCORE_RUNS_DIR=/app/runs \
+    DISTCORE_CACHE_DIR=/tmp/distcore-cache \
     DISTCORE_NO_DOWNLOAD=1
 EXPOSE 7860
 CMD [".venv/bin/python", "app.py"]

@@ -87,15 +87,17 @@ class AppSettings:
     device_note: str = ""
 
 
+def env_max_jobs() -> int:
+    return check_int("DISTCORE_MAX_JOBS", os.environ.get("DISTCORE_MAX_JOBS", "2"), low=1)
+
+
 def make_settings(runs_root=None, max_jobs=None, devices_info: dict | None = None,
                   poll_seconds: float = 2.0) -> AppSettings:
     info = devices_info or fallback_devices()
-    root = Path(runs_root) if runs_root else runs.runs_root()
-    root.mkdir(parents=True, exist_ok=True)
-    if max_jobs is None:
-        max_jobs = check_int("DISTCORE_MAX_JOBS", os.environ.get("DISTCORE_MAX_JOBS", "2"), low=1)
+    root = runs.ready_root(runs_root)
+    max_jobs = env_max_jobs() if max_jobs is None else max_jobs
     return AppSettings(
-        runs_root=root.resolve(), max_jobs=max_jobs, gpus=tuple(info.get("gpus") or ()),
+        runs_root=root, max_jobs=max_jobs, gpus=tuple(info.get("gpus") or ()),
         max_logical_cpus=int(info.get("max_logical_cpus") or 16),
         tensorflow=str(info.get("tensorflow", "unknown")), poll_seconds=poll_seconds,
         device_note=str(info.get("error", "")),
@@ -1149,6 +1151,8 @@ def main() -> None:
         port = check_int("GRADIO_SERVER_PORT", os.environ.get("GRADIO_SERVER_PORT", "7860"),
                          low=1, high=65535)
         check_port_free(host, port)
+        env_max_jobs()
+        runs.ready_root()
     except DistcoreError as e:
         sys.exit(f"error: {e}")
     demo = build_app()

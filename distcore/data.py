@@ -2,7 +2,7 @@
 
 Where it looks, in order:
   1. an explicit directory (`data_dir` / `--data-dir`, or `$DISTCORE_DATA_DIR`);
-  2. Keras's cache, `~/.keras/datasets/fashion-mnist`;
+  2. Keras's cache, `$KERAS_HOME/datasets/fashion-mnist` (`KERAS_HOME` defaults to `~/.keras`);
   3. `/usr/share/datasets/fashion-mnist` (Debian's package `dataset-fashion-mnist`);
   4. Keras's own download (`keras.datasets.fashion_mnist.load_data()`), unless
      `download=False` or `$DISTCORE_NO_DOWNLOAD=1`.
@@ -32,13 +32,13 @@ CLASS_NAMES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 )
-KERAS_CACHE = Path.home() / ".keras" / "datasets" / "fashion-mnist"
+KERAS_TMP_HOME = Path("/tmp/.keras")  # Keras's when it cannot write to $KERAS_HOME
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 HOW_TO_GET = (
     "Get the data one of these ways: `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu, "
     f"installs to {DEBIAN_DIR}); or, with internet, run "
     "`python -c \"import keras; keras.datasets.fashion_mnist.load_data()\"` (fills "
-    f"{KERAS_CACHE}); or download the four *-ubyte.gz files from "
+    "$KERAS_HOME/datasets/fashion-mnist; KERAS_HOME defaults to ~/.keras); or download the four *-ubyte.gz files from "
     "github.com/zalandoresearch/fashion-mnist into a folder and pass --data-dir FOLDER."
 )
 
@@ -52,10 +52,18 @@ class FashionMNIST:
     source: str
 
 
+def keras_caches() -> list[Path]:
+    """Where keras.datasets.fashion_mnist.load_data() keeps the files: under $KERAS_HOME
+    (default ~/.keras), or under /tmp/.keras when Keras cannot write there, as for a
+    container's user with no home (keras.utils.get_file). Only ~/.keras was looked in."""
+    home = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras").expanduser()
+    return [home / "datasets" / "fashion-mnist", KERAS_TMP_HOME / "datasets" / "fashion-mnist"]
+
+
 def candidate_dirs(data_dir=None) -> list[Path]:
     explicit = data_dir or os.environ.get("DISTCORE_DATA_DIR")
     dirs = [Path(explicit).expanduser()] if explicit else []
-    return dirs + [KERAS_CACHE, DEBIAN_DIR]
+    return dirs + [keras_caches()[0], DEBIAN_DIR]
 
 
 def read_idx(path: Path, magic: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -131,8 +139,10 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None) -> Path:
         except Exception as err:  # no network, proxy, disk: all the same to the user
             tried.append(f"Keras download ({type(err).__name__}: {err})")
         else:
-            if has_files(KERAS_CACHE):
-                return KERAS_CACHE
+            kept = [folder for folder in keras_caches() if has_files(folder)]
+            if kept:
+                return kept[0]
+            tried.append(f"Keras download (done, but its files are in neither {' nor '.join(map(str, keras_caches()))})")
     raise DistcoreError(f"Fashion-MNIST not found (looked in: {'; '.join(tried)}). {HOW_TO_GET}")
 
 

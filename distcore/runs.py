@@ -42,6 +42,20 @@ def runs_root() -> Path:
     return Path("runs")
 
 
+def ready_root(root=None) -> Path:
+    """The runs folder (`root`, else runs_root()), made if missing and checked writable: an app
+    given one it could not use stopped with a PermissionError traceback."""
+    root = Path(root) if root else runs_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DistcoreError(f"cannot make the runs folder {root} ({e.strerror or e}); "
+                            "set DISTCORE_RUNS_DIR to a folder you can write.") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise DistcoreError(f"cannot write to the runs folder {root}; set DISTCORE_RUNS_DIR to a folder you can write.")
+    return root.resolve()
+
+
 def check_name(name, what: str = "run name") -> str:
     text = str(name or "").strip()
     if ".." in text or not NAME.match(text):

@@ -30,7 +30,7 @@ def test_explicit_folder_wins(fmnist, tmp_path):
 
 
 def test_missing_data_says_how_to_get_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "KERAS_CACHE", tmp_path / "keras")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
     monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "debian")
     monkeypatch.delenv("DISTCORE_DATA_DIR", raising=False)
     with pytest.raises(DistcoreError) as err:
@@ -41,10 +41,25 @@ def test_missing_data_says_how_to_get_it(tmp_path, monkeypatch):
 
 
 def test_search_order_keras_cache_before_debian(fmnist, tmp_path, monkeypatch):
-    cache = copy_data(fmnist, tmp_path / "keras")
-    monkeypatch.setattr(data, "KERAS_CACHE", cache)
+    # Keras's cache as Keras finds it: under $KERAS_HOME when set (only ~/.keras was looked in).
+    cache = copy_data(fmnist, tmp_path / "kh" / "datasets" / "fashion-mnist")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "kh"))
     monkeypatch.delenv("DISTCORE_DATA_DIR", raising=False)
     assert data.load().source == str(cache)
+
+
+def test_a_download_keras_kept_in_tmp_is_found(fmnist, tmp_path, monkeypatch):
+    # Keras downloads to /tmp/.keras when it cannot write to its home (a container's user with
+    # no home); the loader looked in ~/.keras only and said "not found" after a good download.
+    import keras
+
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "unwritable"))
+    monkeypatch.setattr(data, "KERAS_TMP_HOME", tmp_path / "tmp-keras")
+    monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "debian")
+    monkeypatch.delenv("DISTCORE_DATA_DIR", raising=False)
+    fetched = tmp_path / "tmp-keras" / "datasets" / "fashion-mnist"
+    monkeypatch.setattr(keras.datasets.fashion_mnist, "load_data", lambda: copy_data(fmnist, fetched))
+    assert data.locate(download=True) == fetched
 
 
 def test_an_explicit_folder_missing_files_is_an_error_not_a_fallback(tmp_path, monkeypatch):

@@ -411,3 +411,24 @@ def test_a_port_in_use_ends_with_one_plain_line(tmp_path):
     assert lines == [f"error: port {port} on 127.0.0.1 is already in use; stop whatever uses it "
                      "or set GRADIO_SERVER_PORT to a free port."], lines
     print(f"\nport in use: exit {proc.returncode} after {elapsed:.1f} s")
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ({"DISTCORE_MAX_JOBS": "0"}, "error: DISTCORE_MAX_JOBS (0) must be a whole number from 1 up."),
+    ({"DISTCORE_RUNS_DIR": "{tmp}/a-file/runs"},
+     "error: cannot make the runs folder {tmp}/a-file/runs (Not a directory); set DISTCORE_RUNS_DIR to a folder "
+     "you can write."),
+])
+def test_a_bad_app_setting_ends_with_one_plain_line(tmp_path, setting, expected):
+    # They ended in a traceback, the runs folder's after the slow device detection.
+    (tmp_path / "a-file").write_text("")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "DISTCORE_RUNS_DIR": str(tmp_path / "runs"),
+           **{k: v.format(tmp=tmp_path) for k, v in setting.items()}}
+    env.pop("GRADIO_SERVER_NAME", None)
+    proc = subprocess.run([sys.executable, str(ROOT / "app.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert (proc.stdout + proc.stderr).strip().splitlines() == [expected.format(tmp=tmp_path)]
