@@ -796,17 +796,28 @@ CSS = """
 """
 
 
+def takes_text_numbers(radio: gr.Radio) -> gr.Radio:
+    """A Radio of whole numbers that also takes them as text: gradio_client's view_api lists
+    every Radio's choices as text (Literal['1', ..., '16']), and a script that sent "3", as
+    it said, was refused ("not in the list of choices"). Set on the instance: Gradio writes
+    a .pyi file beside any module that subclasses a component."""
+    preprocess = radio.preprocess
+    radio.preprocess = lambda payload: preprocess(
+        int(payload) if isinstance(payload, str) and payload.strip().isdigit() else payload)
+    return radio
+
+
 def device_inputs(settings: AppSettings, purpose: str = "", elem_id: str = "dc-devices", interactive=True):
     """GPU/CPU checkboxes when GPUs exist, else a choice of logical CPU device count."""
     has_gpus = bool(settings.gpus)
     boxes = gr.CheckboxGroup(
         choices=list(settings.gpus) + ["cpu:0"], value=list(settings.gpus), interactive=interactive,
         label=f"Devices{purpose} (GPUs first)", visible=has_gpus, elem_id=f"{elem_id}-boxes")
-    count = gr.Radio(
+    count = takes_text_numbers(gr.Radio(
         choices=list(range(1, settings.max_logical_cpus + 1)), value=2, interactive=interactive,
         label=f"Logical CPU devices{purpose} (= replicas)",
         info="No GPU here: the CPU is split into this many logical devices, one replica each.",
-        visible=not has_gpus, elem_id=f"{elem_id}-count")
+        visible=not has_gpus, elem_id=f"{elem_id}-count"))
     return count, boxes
 
 

@@ -183,9 +183,23 @@ class Controller:
             raise
 
     def close(self) -> None:
-        """Let go of the run directory (run() does when it ends), so another Controller may train it."""
+        """Let go of the run directory (run() does when it ends), so another Controller may train
+        it, and remove a non-chief worker's scratch folder (a worker refused before training
+        left it behind)."""
         if self.lock is not None:
             self.lock.release()
+        if not self.task.is_chief:
+            shutil.rmtree(self.write_dir, ignore_errors=True)
+
+    def lock_run(self) -> runs.RunLock:
+        try:
+            return runs.RunLock(self.run_dir)
+        except DistcoreError as err:
+            if self.config.workers == 1:
+                raise
+            # Two chiefs of one run: two workers given index 0 were told only "stop it".
+            raise DistcoreError(f"{err} If that is another worker of this cluster, two workers have the same task "
+                                f"index in TF_CONFIG: give each its own, 0 to {self.config.workers - 1}.") from None
 
     def prepare_dir(self, resume: bool) -> None:
         config_path = self.run_dir / "config.json"
@@ -197,7 +211,7 @@ class Controller:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise runs.unwritable(self.run_dir, err) from None
-        self.lock = runs.RunLock(self.run_dir)  # before the checks: two new runs passed them together
+        self.lock = self.lock_run()  # before the checks: two new runs passed them together
         self.check_dir(resume)
         try:
             record = {**self.config.to_dict(), "tensorflow": tf.__version__, "keras": _keras_version(),
@@ -282,8 +296,6 @@ class Controller:
             self.metrics.close()
             self.writer.close()
             self.close()
-            if not self.task.is_chief:
-                shutil.rmtree(self.write_dir, ignore_errors=True)
 
     def start_event(self, step: int, total: int) -> tuple[str, str]:
         if self.resumed_from:

@@ -7,6 +7,7 @@ tests then use any subset (1, 2, 3, 4, 5 replicas ...).
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,16 @@ from distcore import devices  # noqa: E402
 
 LOGICAL_CPUS = 8
 devices.configure(LOGICAL_CPUS, replicas=2)  # threads as a 2-replica job has them, whatever test runs first
+
+
+def wait_for(predicate, timeout=120, poll=0.2):
+    """The predicate's first truthy value within `timeout` seconds, else its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(poll)
 
 
 def cpus(n):

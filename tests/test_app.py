@@ -12,6 +12,7 @@ import gradio as gr
 import pytest
 
 import app
+from conftest import wait_for
 from distcore import jobs, runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -185,15 +186,6 @@ def test_loss_check(settings):
     assert "*Keras 3's default reduction failed: the strategy cannot add up" in partial and "AddN" in partial
     for bad in (7, 0, 2.5):  # the range is the global batch's (0 said "from 1 to 65536")
         assert "must be a whole number from 1 to 6." in app.loss_check(settings, 3, [], 6, 0, 1, bad)
-
-
-def wait_for(predicate, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.3)
-    return False
 
 
 def test_train_follow_stop_evaluate_resume_export(settings):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, wait_for
 from distcore import cluster, devices, runs, stopping
 from distcore.config import DistcoreError
 
@@ -266,9 +266,11 @@ BARE = ["train", "--multi-worker", "--train-examples", "640", "--test-examples",
         "--steps-per-loop", "5"]
 
 
-def start_bare_worker(tf_config, run_dir, *extra):
+def start_bare_worker(tf_config, run_dir, *extra, tmp=None):
     env = {k: v for k, v in os.environ.items() if k != stopping.LAUNCHED_ENV}  # not one of the launcher's
     env["TF_CONFIG"] = tf_config
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     return subprocess.Popen([sys.executable, "-m", "distcore", *BARE, "--run-dir", str(run_dir), *extra], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
@@ -353,11 +355,13 @@ def test_bare_workers_asked_once_while_connecting_stop_together_at_step_0(tmp_pa
 def test_bare_workers_given_different_flags_stop_before_training_and_say_what_differs(tmp_path):
     # Before the check: --global-batch 64 against 32 "finished at step 63 of 32", and different
     # --steps-per-loop waited in mismatched all-reduces forever.
-    run_dir = tmp_path / "run"
+    run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
     configs = cluster.local_tf_configs(2)
-    procs = [start_bare_worker(configs[0], run_dir),
-             start_bare_worker(configs[1], run_dir, "--global-batch", "32", "--steps-per-loop", "3")]
+    procs = [start_bare_worker(configs[0], run_dir, tmp=tmp),
+             start_bare_worker(configs[1], run_dir, "--global-batch", "32", "--steps-per-loop", "3", tmp=tmp)]
     codes = wait_all(procs)
+    assert list(tmp.glob("distcore-worker-*")) == []  # worker 1's scratch folder: it was left behind
     stderr = [p.stderr.read() for p in procs]
     assert codes == [2, 2], stderr
     differ = "worker 1's flags differ from worker 0's: --global-batch 32 (worker 0: 64), --steps-per-loop 3 (worker 0: 5)."
@@ -367,6 +371,20 @@ def test_bare_workers_given_different_flags_stop_before_training_and_say_what_di
     assert status["state"] == "failed" and differ in status["message"] and status["step"] == 0
     assert [r for r in runs.read_metrics(run_dir) if "loss" in r] == []
     runs.check_new(run_dir)  # the same commands with the flags fixed start it: it held "a run" before
+
+
+def test_two_bare_workers_given_the_same_index_are_told_so(tmp_path):
+    # The second was told the run "is being trained by process N right now: stop it", its twin.
+    run_dir = tmp_path / "run"
+    config = cluster.local_tf_configs(2)[0]
+    first = start_bare_worker(config, run_dir)
+    assert wait_for(lambda: (run_dir / "status.json").is_file(), timeout=60)  # it holds the run
+    second = start_bare_worker(config, run_dir)
+    assert wait_all([second], timeout=120) == [2]
+    first.kill()
+    assert (f"is being trained by process {first.pid} right now: stop it, or wait until it ends, then resume. "
+            "If that is another worker of this cluster, two workers have the same task index in TF_CONFIG: "
+            "give each its own, 0 to 1.") in second.stderr.read()
 
 
 def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_run_resumes(tmp_path):

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from conftest import wait_for
 from distcore import jobs, runs, stopping
 from distcore.config import DistcoreError
 
@@ -19,15 +20,6 @@ SHORT = ["--replicas", "2", "--global-batch", "64", "--train-examples", "2048",
 # Long enough to be stopped part-way: 938 steps at ~1000 examples/s.
 LONG = ["--replicas", "2", "--global-batch", "64", "--train-examples", "60000",
         "--test-examples", "500", "--steps-per-loop", "5"]
-
-
-def wait_for(predicate, timeout=120, poll=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll)
-    return False
 
 
 def no_zombie_children():

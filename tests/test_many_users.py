@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from conftest import ROOT
+from conftest import ROOT, wait_for
 from distcore import jobs, runs
 
 MAX_JOBS = 2  # the app's DISTCORE_MAX_JOBS: 8 clients are four times as many
@@ -42,15 +42,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout, poll=0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(poll)
 
 
 def proc_status(pid) -> dict:
@@ -197,6 +188,18 @@ def check_split(n, g, r, result):
             assert row == [list(range(s * g + k * share, s * g + (k + 1) * share)) for k in range(r)]
         else:  # the partial last batch: its ids, in replica order
             assert sum(row, []) == list(range(s * g, n))
+
+
+def test_a_device_count_sent_as_view_api_lists_it_is_taken(server):
+    # view_api lists a Radio's choices as text, Literal['1', ..., '16']; "3" was refused as
+    # "not in the list of choices", so only a script that guessed ints got anywhere.
+    url, _, _ = server
+    c = client(url)
+    count = c.view_api(return_format="dict", print_info=False)["named_endpoints"]["/show_split"]["parameters"][4]
+    assert count["label"] == "Logical CPU devices (= replicas)" and "'3'" in count["python_type"]["type"]
+    for sent in ("3", 3):
+        summary = c.predict("toy", 6, 60000, 6, sent, [], "auto", "dataset", False, 0, 1, api_name="/show_split")[1]
+        assert summary.startswith("**6 examples → 1 global batch of 6 on 3 replicas"), summary
 
 
 def test_eight_clients_each_get_their_own_split(server):
