@@ -19,7 +19,7 @@ import tensorflow as tf
 from . import checkpoints, cluster, data as data_lib, devices, events, inputs, runs
 from .config import DistcoreError, TrainConfig, data_folder
 from .loop import SUM, StepRunner
-from .stopping import StopFlag
+from .stopping import LAUNCHED_ENV, StopFlag
 
 
 def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
@@ -47,6 +47,12 @@ def test_dataset(strategy, config: TrainConfig, data):
     policy = "data" if config.policy == "file" else config.policy
     return inputs.distribute(strategy, make, global_batch=config.global_batch, api="dataset",
                              policy=policy, drop_remainder=False)
+
+
+# Said by a worker started by hand that failed before it connected: TensorFlow's start-up
+# barrier has no end, and its peers waited in it with no word of why.
+PEERS_WAIT = ("The other workers, if started, wait for this one: start it again once that is fixed, or press "
+              "Ctrl-C twice in each of them to stop them.")
 
 
 def worker_scratch() -> Path:
@@ -86,7 +92,24 @@ class Controller:
         self.config, self.run_dir = config, runs.run_path(run_dir)
         self.stop = stop or StopFlag()
         self.on_record = on_record or (lambda record: None)
-        self.task = cluster.current_task() if config.workers > 1 else cluster.Task(workers=1, index=0)
+        self.lock = self.write_dir = None
+        self.task = cluster.Task(workers=1, index=0)
+        try:
+            self.claim(resume)
+        except DistcoreError as err:
+            self.close()  # a notebook's next try must not find the run locked by this one
+            if config.workers > 1 and not hasattr(self, "strategy") and not os.environ.get(LAUNCHED_ENV):
+                raise DistcoreError(f"{err} {PEERS_WAIT}") from None  # (a launcher stops the others itself)
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def claim(self, resume: bool) -> None:
+        """Everything up to the first step: the task, the data, the run directory, the strategy."""
+        config = self.config
+        if config.workers > 1:
+            self.task = cluster.current_task()
         if self.task.workers != config.workers:
             raise DistcoreError(f"TF_CONFIG names {self.task.workers} workers but the run is for {config.workers}.")
         self.write_dir = self.run_dir if self.task.is_chief else worker_scratch()
@@ -96,13 +119,8 @@ class Controller:
         # behind, and the corrected command's run "already held a run". (Read after it, so a
         # stop is honoured while the files are read.)
         folder = locate_data(config, self.run_dir, resume)
-        self.lock = None
-        try:
-            self.prepare_dir(resume)
-            self.set_up(folder, resume)
-        except BaseException:
-            self.close()  # a notebook's next try must not find the run locked by this one
-            raise
+        self.prepare_dir(resume)
+        self.set_up(folder, resume)
 
     def set_up(self, folder, resume: bool) -> None:
         config = self.config
@@ -188,7 +206,7 @@ class Controller:
         left it behind)."""
         if self.lock is not None:
             self.lock.release()
-        if not self.task.is_chief:
+        if self.write_dir is not None and not self.task.is_chief:
             shutil.rmtree(self.write_dir, ignore_errors=True)
 
     def lock_run(self) -> runs.RunLock:

@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT, wait_for
 from distcore import cluster, devices, runs, stopping
 from distcore.config import DistcoreError
+from distcore.controller import PEERS_WAIT
 
 
 def cli(*args, timeout=300):
@@ -384,7 +385,7 @@ def test_two_bare_workers_given_the_same_index_are_told_so(tmp_path):
     first.kill()
     assert (f"is being trained by process {first.pid} right now: stop it, or wait until it ends, then resume. "
             "If that is another worker of this cluster, two workers have the same task index in TF_CONFIG: "
-            "give each its own, 0 to 1.") in second.stderr.read()
+            f"give each its own, 0 to 1. {PEERS_WAIT}") in second.stderr.read()
 
 
 def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_run_resumes(tmp_path):
@@ -399,9 +400,9 @@ def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_run_resumes(tmp
         assert chief.wait(timeout=120) == 2
     stderr = chief.stderr.read()
     said = f"cannot start this worker's server on {address} (UnknownError: Could not start gRPC server: is the port in use?)."
-    assert f"error: {said}" in stderr and "Traceback" not in stderr
+    assert f"error: {said} {PEERS_WAIT}" in stderr and "Traceback" not in stderr
     status = runs.read_status(run_dir)
-    assert status["state"] == "failed" and status["message"] == said
+    assert status["state"] == "failed" and status["message"] == f"{said} {PEERS_WAIT}"
     procs = [start_bare_worker(config, run_dir, "--resume") for config in configs]  # the port is free again
     codes = wait_all(procs)
     assert codes == [0, 0], [p.stderr.read()[-2000:] for p in procs]
