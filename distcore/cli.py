@@ -340,11 +340,16 @@ def cmd_train(args) -> int:
                             "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
     # A resume is checked before this process claims the run, so a refusal leaves its status as it was.
     # It may change the number of worker processes (a cluster's run resumed by one process, or back).
-    task = cluster.current_task() if args.multi_worker else cluster.Task(workers=1, index=0)
-    changes = {**train_flags(args), "workers": task.workers}
-    if args.multi_worker:  # not the saved run's devices times the workers; train_config checks this worker's own
-        changes["devices"] = ("cpu:0",)
-    resumed = runs.resume_config(args.run_dir, changes) if args.resume else None
+    # Until the Controller connects, a worker's peers wait for it however it fails: say so.
+    unconnected = cluster.peers_wait if args.multi_worker else (lambda err: err)
+    try:
+        task = cluster.current_task() if args.multi_worker else cluster.Task(workers=1, index=0)
+        changes = {**train_flags(args), "workers": task.workers}
+        if args.multi_worker:  # not the saved run's devices times the workers; train_config checks this worker's own
+            changes["devices"] = ("cpu:0",)
+        resumed = runs.resume_config(args.run_dir, changes) if args.resume else None
+    except DistcoreError as err:
+        raise unconnected(err) from None
     if args.resume and not args.multi_worker:  # (a cluster's launcher checked for its workers)
         jobs.check_not_training(args.run_dir)
     stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
@@ -353,8 +358,9 @@ def cmd_train(args) -> int:
     try:
         config = train_config(args, resumed)  # (it loads TensorFlow: the stop flag is up by now)
     except DistcoreError as err:
+        err = unconnected(err)
         stop.refused(str(err), args.resume)
-        raise
+        raise err from None
     try:
         from . import controller
 

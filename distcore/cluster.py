@@ -33,6 +33,10 @@ from pathlib import Path
 from . import devices, stopping
 from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError
 
+# Said by a worker started by hand that failed before it connected: TensorFlow's start-up
+# barrier has no end, and its peers waited in it with no word of why.
+PEERS_WAIT = ("The other workers, if started, wait for this one: start it again once that is fixed, or press "
+              "Ctrl-C twice in each of them to stop them.")
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 3.0
 FAILURE_BOUND_SECONDS = 10  # death noticed within POLL, the rest gone within GRACE + kill
@@ -87,6 +91,12 @@ def check_port(address: str) -> None:
     if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
         raise DistcoreError(f"TF_CONFIG address {address!r} has no valid port ({port!r}): "
                             "write host:port with a port from 1 to 65535.")
+
+
+def peers_wait(err: DistcoreError) -> DistcoreError:
+    """The error of a worker that failed before it connected, with what that leaves behind
+    (PEERS_WAIT); as it is for the launcher's workers, which it stops itself."""
+    return err if os.environ.get(stopping.LAUNCHED_ENV) else DistcoreError(f"{err} {PEERS_WAIT}")
 
 
 def current_task() -> Task:

@@ -19,7 +19,7 @@ import tensorflow as tf
 from . import checkpoints, cluster, data as data_lib, devices, events, inputs, runs
 from .config import DistcoreError, TrainConfig, data_folder
 from .loop import SUM, StepRunner
-from .stopping import LAUNCHED_ENV, StopFlag
+from .stopping import StopFlag
 
 
 def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
@@ -47,12 +47,6 @@ def test_dataset(strategy, config: TrainConfig, data):
     policy = "data" if config.policy == "file" else config.policy
     return inputs.distribute(strategy, make, global_batch=config.global_batch, api="dataset",
                              policy=policy, drop_remainder=False)
-
-
-# Said by a worker started by hand that failed before it connected: TensorFlow's start-up
-# barrier has no end, and its peers waited in it with no word of why.
-PEERS_WAIT = ("The other workers, if started, wait for this one: start it again once that is fixed, or press "
-              "Ctrl-C twice in each of them to stop them.")
 
 
 def worker_scratch() -> Path:
@@ -98,8 +92,8 @@ class Controller:
             self.claim(resume)
         except DistcoreError as err:
             self.close()  # a notebook's next try must not find the run locked by this one
-            if config.workers > 1 and not hasattr(self, "strategy") and not os.environ.get(LAUNCHED_ENV):
-                raise DistcoreError(f"{err} {PEERS_WAIT}") from None  # (a launcher stops the others itself)
+            if config.workers > 1 and not hasattr(self, "strategy"):  # not connected yet
+                raise cluster.peers_wait(err) from None
             raise
         except BaseException:
             self.close()

@@ -14,7 +14,6 @@ import pytest
 from conftest import ROOT, wait_for
 from distcore import cluster, devices, runs, stopping
 from distcore.config import DistcoreError
-from distcore.controller import PEERS_WAIT
 
 
 def cli(*args, timeout=300):
@@ -374,6 +373,15 @@ def test_bare_workers_given_different_flags_stop_before_training_and_say_what_di
     runs.check_new(run_dir)  # the same commands with the flags fixed start it: it held "a run" before
 
 
+def test_a_bare_worker_refused_before_it_connects_says_its_peers_wait_for_it(tmp_path):
+    # Its peers wait in TensorFlow's start-up barrier with no end: it said only what was wrong.
+    config = json.loads(cluster.local_tf_configs(2)[1])
+    config["task"]["index"] = 2
+    proc = start_bare_worker(json.dumps(config), tmp_path / "run")
+    assert wait_all([proc], timeout=60) == [2]
+    assert f"does not name a member of the cluster {config['cluster']}. {cluster.PEERS_WAIT}" in proc.stderr.read()
+
+
 def test_two_bare_workers_given_the_same_index_are_told_so(tmp_path):
     # The second was told the run "is being trained by process N right now: stop it", its twin.
     run_dir = tmp_path / "run"
@@ -385,7 +393,7 @@ def test_two_bare_workers_given_the_same_index_are_told_so(tmp_path):
     first.kill()
     assert (f"is being trained by process {first.pid} right now: stop it, or wait until it ends, then resume. "
             "If that is another worker of this cluster, two workers have the same task index in TF_CONFIG: "
-            f"give each its own, 0 to 1. {PEERS_WAIT}") in second.stderr.read()
+            f"give each its own, 0 to 1. {cluster.PEERS_WAIT}") in second.stderr.read()
 
 
 def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_run_resumes(tmp_path):
@@ -400,9 +408,9 @@ def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_run_resumes(tmp
         assert chief.wait(timeout=120) == 2
     stderr = chief.stderr.read()
     said = f"cannot start this worker's server on {address} (UnknownError: Could not start gRPC server: is the port in use?)."
-    assert f"error: {said} {PEERS_WAIT}" in stderr and "Traceback" not in stderr
+    assert f"error: {said} {cluster.PEERS_WAIT}" in stderr and "Traceback" not in stderr
     status = runs.read_status(run_dir)
-    assert status["state"] == "failed" and status["message"] == f"{said} {PEERS_WAIT}"
+    assert status["state"] == "failed" and status["message"] == f"{said} {cluster.PEERS_WAIT}"
     procs = [start_bare_worker(config, run_dir, "--resume") for config in configs]  # the port is free again
     codes = wait_all(procs)
     assert codes == [0, 0], [p.stderr.read()[-2000:] for p in procs]
