@@ -88,10 +88,13 @@ class Controller:
         self.on_record = on_record or (lambda record: None)
         self.lock = self.write_dir = None
         self.task = cluster.Task(workers=1, index=0)
+        self.wrote_config = False
         try:
             self.claim(resume)
         except DistcoreError as err:
             self.close()  # a notebook's next try must not find the run locked by this one
+            if self.wrote_config and not resume:  # nothing trained: the same command, fixed, starts it
+                (self.run_dir / "config.json").unlink(missing_ok=True)  # (it was "already holds a run")
             if config.workers > 1 and not hasattr(self, "strategy"):  # not connected yet
                 raise cluster.peers_wait(err) from None
             raise
@@ -173,8 +176,6 @@ class Controller:
             raise self.cluster_failure(err) from None
         problem = cluster.disagreement(fields, rows.tolist(), replicas_per_worker=len(self.config.devices))
         if problem:
-            if self.task.is_chief and not resume:  # nothing trained: the same commands, flags fixed, start it
-                (self.run_dir / "config.json").unlink(missing_ok=True)  # (it was "already holds a run")
             raise DistcoreError(f"worker {self.task.index}: {problem}")
 
     def cluster_failure(self, err: tf.errors.OpError) -> DistcoreError:
@@ -231,6 +232,7 @@ class Controller:
                       "physical_devices": [d.name for d in tf.config.list_physical_devices()],
                       "intra_op_threads": devices.intra_op_setting()}  # 0: TensorFlow's default
             runs.write_json_atomic(config_path, record)
+            self.wrote_config = True
             # Before the slow set-up: from here a stop request is honoured (the caller
             # installed the signal handler first), so say the process is there.
             previous_step = (runs.read_status(self.run_dir) or {}).get("step", 0) if resume else 0

@@ -396,7 +396,7 @@ def test_two_bare_workers_given_the_same_index_are_told_so(tmp_path):
             f"give each its own, 0 to 1. {cluster.PEERS_WAIT}") in second.stderr.read()
 
 
-def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_run_resumes(tmp_path):
+def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_same_commands_then_start_the_run(tmp_path):
     # It crashed with TensorFlow's traceback, exit 1, and left the status "starting" with a dead pid.
     run_dir = tmp_path / "run"
     configs = cluster.local_tf_configs(2)
@@ -411,7 +411,9 @@ def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_run_resumes(tmp
     assert f"error: {said} {cluster.PEERS_WAIT}" in stderr and "Traceback" not in stderr
     status = runs.read_status(run_dir)
     assert status["state"] == "failed" and status["message"] == f"{said} {cluster.PEERS_WAIT}"
-    procs = [start_bare_worker(config, run_dir, "--resume") for config in configs]  # the port is free again
+    # The port is free again: the same commands start the run (it "already held a run", and
+    # with --resume the worker still waiting, started without, was told the flags differ).
+    procs = [start_bare_worker(config, run_dir) for config in configs]
     codes = wait_all(procs)
     assert codes == [0, 0], [p.stderr.read()[-2000:] for p in procs]
     assert runs.read_status(run_dir)["state"] == "finished"
