@@ -32,6 +32,24 @@ from distcore import devices as devmod
 from distcore.config import (MAX_GLOBAL_BATCH, MAX_SEED, MAX_SPLIT_EXAMPLES, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
                              DistcoreError, SplitConfig, TrainConfig, check_int, is_empty)
 
+def _radio_preprocess_taking_numbers_as_text(preprocess):
+    """A Radio of whole numbers takes them as text too: gradio_client's view_api lists every
+    Radio's choices as text (the device count as Literal['1', ..., '16']), and a script that
+    sent "3", as it said, was refused ("not in the list of choices"). On the class: Gradio
+    rebuilds a session's component from its arguments when an event updates it, and writes a
+    .pyi file beside any module that subclasses one."""
+    def taking_text(self, payload):
+        if (isinstance(payload, str) and payload.strip().isdigit()
+                and all(type(value) is int for _, value in self.choices)):
+            payload = int(payload)
+        return preprocess(self, payload)
+    taking_text.wrapped = preprocess
+    return taking_text
+
+
+if not hasattr(gr.Radio.preprocess, "wrapped"):  # (once, however often this module is loaded)
+    gr.Radio.preprocess = _radio_preprocess_taking_numbers_as_text(gr.Radio.preprocess)
+
 POLICY_CHOICES = tuple((p.upper(), p) for p in POLICIES)
 API_CHOICES = (("experimental_distribute_dataset", "dataset"),
                ("distribute_datasets_from_function", "function"))
@@ -796,28 +814,17 @@ CSS = """
 """
 
 
-def takes_text_numbers(radio: gr.Radio) -> gr.Radio:
-    """A Radio of whole numbers that also takes them as text: gradio_client's view_api lists
-    every Radio's choices as text (Literal['1', ..., '16']), and a script that sent "3", as
-    it said, was refused ("not in the list of choices"). Set on the instance: Gradio writes
-    a .pyi file beside any module that subclasses a component."""
-    preprocess = radio.preprocess
-    radio.preprocess = lambda payload: preprocess(
-        int(payload) if isinstance(payload, str) and payload.strip().isdigit() else payload)
-    return radio
-
-
 def device_inputs(settings: AppSettings, purpose: str = "", elem_id: str = "dc-devices", interactive=True):
     """GPU/CPU checkboxes when GPUs exist, else a choice of logical CPU device count."""
     has_gpus = bool(settings.gpus)
     boxes = gr.CheckboxGroup(
         choices=list(settings.gpus) + ["cpu:0"], value=list(settings.gpus), interactive=interactive,
         label=f"Devices{purpose} (GPUs first)", visible=has_gpus, elem_id=f"{elem_id}-boxes")
-    count = takes_text_numbers(gr.Radio(
+    count = gr.Radio(
         choices=list(range(1, settings.max_logical_cpus + 1)), value=2, interactive=interactive,
         label=f"Logical CPU devices{purpose} (= replicas)",
         info="No GPU here: the CPU is split into this many logical devices, one replica each.",
-        visible=not has_gpus, elem_id=f"{elem_id}-count"))
+        visible=not has_gpus, elem_id=f"{elem_id}-count")
     return count, boxes
 
 
@@ -1051,8 +1058,9 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) 
         refresh = gr.Button("↻ Refresh runs", scale=1)
         ui["use_settings"] = gr.Button("Use its settings in Setup", scale=1)
     ui["status"] = gr.Markdown("No run selected yet.")
-    ui["loss_plot"] = gr.Plot(label="Training loss per step")
-    ui["epoch_plot"] = gr.Plot(label="Per-epoch loss and accuracy")
+    # No labels: the figures have titles, and on a phone a label covered the plot's toolbar.
+    ui["loss_plot"] = gr.Plot(label="Training loss per step", show_label=False)
+    ui["epoch_plot"] = gr.Plot(label="Loss and accuracy per epoch", show_label=False)
     # Tall enough for all of log_text (2 x 12 lines and 2 headings): the newest lines are at the
     # bottom of each part, and a box that scrolls opened at its top, hiding them.
     ui["logs"] = gr.Textbox(label="Latest log lines", lines=8, max_lines=26, elem_id="dc-logs",

@@ -431,13 +431,16 @@ class Controller:
                    "test_loss": test_loss, "test_accuracy": test_accuracy})
 
 
+TEST_EXAMPLE_COST = 0.5  # of a training example's time (measured 0.4-0.6 at 1 and 4 replicas)
+
+
 def guess_test_seconds(config: TrainConfig, step_seconds: float) -> float:
-    """A test pass's time before this process has timed one, from the training speed: a test
-    example takes a forward pass, about a third of a training example's work (the backward
-    pass costs about twice the forward). Counting nothing said "ETA 1s" for 8 s after a resume
-    or before a new run's first checkpoint (measured: 0.37-0.49 s a pass of 10,000 images
-    at 9,000-10,000 training examples/s; this guesses 0.35-0.39 s)."""
-    return config.test_examples / config.global_batch * step_seconds / 3
+    """A test pass's time before this process has timed one, from the training speed. A test
+    example takes a forward pass, a third of a training example's arithmetic, but a pass has
+    its own overheads: 10,000 test images took 0.37-0.49 s at 9,000-10,000 training examples/s
+    on a quiet machine, and about 0.6 of the training time per example on a busy one. Counting
+    nothing said "ETA 1s" for 8 s after a resume or before a new run's first checkpoint."""
+    return config.test_examples / config.global_batch * step_seconds * TEST_EXAMPLE_COST
 
 
 def remaining_test_passes(config: TrainConfig, step: int, total: int) -> int:

@@ -76,6 +76,11 @@ def _step_label(step: int, row: list[list[int]], global_batch: int) -> str:
     return f"step {step + 1}"
 
 
+# A title at the top, below the toolbar a touch or a hover shows over the top 30 px: it covered
+# the title on a phone.
+BELOW_TOOLBAR = {"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 34}}
+
+
 def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     """Heatmap of global batches (rows) × replicas (columns), cells labelled with ids."""
     steps = plan.get("steps") or []
@@ -110,9 +115,8 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
         title += f"<br><sup>showing the first {max_rows // 2} and last {max_rows - max_rows // 2} steps</sup>"
     fig.update_layout(
         # At the top: plotly turns 5+ replicas' labels upright on a phone, and they reached up
-        # into a title placed in the middle of the margin. Below the toolbar, which a touch
-        # shows over the top 30 px: it covered the title on a phone.
-        title={"text": title, "font": {"size": 15}, "yref": "container", "y": 1, "yanchor": "top",
+        # into a title placed in the middle of the margin.
+        title={"text": title, "font": {"size": 15}, **BELOW_TOOLBAR,
                "pad": {"t": 34 if len(rows) == len(steps) else 54}},  # (plotly anchors a second line's)
         yaxis={"autorange": "reversed", "type": "category"},
         xaxis={"side": "top", "type": "category"},
@@ -237,10 +241,10 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None) -> go.Figur
         line={"dash": "dot", "color": "#999", "width": 1}))
     note = {"subtitle": {"text": "dotted lines: checkpoints"}} if saved else {}  # (they had no legend)
     # No legend: the title names the one line, and beside it the legend took 40% of a phone's width.
-    fig.update_layout(title={"text": "Training loss per step", **note}, xaxis_title="step", yaxis_title="loss",
-                      showlegend=False,
+    fig.update_layout(title={"text": "Training loss per step", **note, **BELOW_TOOLBAR}, xaxis_title="step",
+                      yaxis_title="loss", showlegend=False,
                       yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
-                      height=320, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+                      height=350, margin={"l": 10, "r": 10, "t": 90, "b": 10})
     return fig if steps else _empty_note(fig, "no steps yet")
 
 
@@ -262,7 +266,8 @@ def epoch_figure(metrics: list[dict], l2: float = 0) -> go.Figure:
         ), row=1, col=col)
     fig.update_xaxes(title_text="epoch", dtick=1)
     # The legend under the plots, not beside them: beside, it took 40% of a phone's width.
-    fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    fig.update_layout(title={"text": "Loss and accuracy per epoch", **BELOW_TOOLBAR}, height=400,
+                      margin={"l": 10, "r": 10, "t": 90, "b": 10},
                       legend={"orientation": "h", "x": 0, "y": -0.25})
     # On two lines: on a phone the one line ran out of each half-width panel.
     return fig if epochs else _empty_note(fig, "no finished<br>epoch yet", panels=2)

@@ -12,7 +12,8 @@ PYTHON="${PYTHON:-python3}"
 # Only $PYTHON's job is to make .venv: once it exists (made with PYTHON=python3.12, say), a
 # plain re-run must not trip over an older python3.
 if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-  echo "setup: $PYTHON is $(command -v "$PYTHON" >/dev/null && "$PYTHON" -V 2>&1 || echo "missing"); distcore needs Python 3.11 or later." \
+  # (Python 2 prints its version to stderr; a pyenv shim with no such Python fails: "missing")
+  echo "setup: $PYTHON is $(v=$("$PYTHON" -V 2>&1) && echo "$v" || echo "missing"); distcore needs Python 3.11 or later." \
        "Install one and run again with PYTHON=python3.11 (or newer)." >&2
   exit 1
 fi

@@ -17,8 +17,8 @@ import tensorflow as tf
 from conftest import cpus
 from distcore import checkpoints, data, inputs, runs
 from distcore.config import DistcoreError, TrainConfig
-from distcore.controller import (Controller, StopFlag, failure_message, guess_test_seconds, remaining_test_passes,
-                                 resume_config, train_examples, worker_scratch)
+from distcore.controller import (TEST_EXAMPLE_COST, Controller, StopFlag, failure_message, guess_test_seconds,
+                                 remaining_test_passes, resume_config, train_examples, worker_scratch)
 from distcore.loop import StepRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -329,8 +329,8 @@ def test_the_eta_counts_the_test_passes_still_to_come(tmp_path, monkeypatch):
     eta, test_seconds, speed = next((eta, t, v) for step, eta, t, v in statuses if step == 2 and eta is not None)
     step_seconds = 64 / speed  # full batches of 64
     assert test_seconds is None and guess_test_seconds(config.replace(test_examples=2000), step_seconds) == (
-        pytest.approx(2000 / 64 * step_seconds / 3))
-    assert eta == pytest.approx(18 * step_seconds + 6 * 2000 / 64 * step_seconds / 3)  # 18 steps, 6 passes
+        pytest.approx(2000 / 64 * step_seconds * TEST_EXAMPLE_COST))
+    assert eta == pytest.approx(18 * step_seconds + 6 * 2000 / 64 * step_seconds * TEST_EXAMPLE_COST)  # 18 steps, 6 passes
 
 
 def test_a_mistyped_data_dir_leaves_no_run_behind(tmp_path):

@@ -200,6 +200,11 @@ def test_a_device_count_sent_as_view_api_lists_it_is_taken(server):
     for sent in ("3", 3):
         summary = c.predict("toy", 6, 60000, 6, sent, [], "auto", "dataset", False, 0, 1, api_name="/show_split")[1]
         assert summary.startswith("**6 examples → 1 global batch of 6 on 3 replicas"), summary
+    # Also once an event has updated the device choice: Gradio then rebuilds this session's
+    # copy of the component from its arguments (a fix on the first instance was lost there).
+    c.predict(1, api_name="/devices_in_use")
+    summary = c.predict("toy", 6, 60000, 6, "3", [], "auto", "dataset", False, 0, 1, api_name="/show_split")[1]
+    assert summary.startswith("**6 examples → 1 global batch of 6 on 3 replicas"), summary
 
 
 def test_eight_clients_each_get_their_own_split(server):

@@ -187,3 +187,12 @@ def test_empty_figures_have_blank_axes_and_a_note_in_each_panel():
     notes = [a for a in epochs.layout.annotations if a.text == "no finished<br>epoch yet"]
     assert sorted(a.xref for a in notes) == ["x domain", "x2 domain"]
     assert epochs.layout.xaxis2.showticklabels is False
+
+
+def test_titles_sit_below_the_toolbar():
+    # A touch (or a hover) shows plotly's toolbar over the top 30 px: on a phone it covered the
+    # titles, and Gradio's labels above the plots covered the toolbar (the plots have none now).
+    plan = {"steps": [[[0, 1], [2]]], "replicas": 2, "global_batch": 3}
+    for fig in (plots.loss_figure(METRICS), plots.epoch_figure(METRICS), plots.split_figure(plan)):
+        title = fig.layout.title
+        assert title.text and title.yref == "container" and title.pad.t >= 30 and fig.layout.margin.t >= 80

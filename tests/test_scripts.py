@@ -26,6 +26,10 @@ def test_setup_names_an_interpreter_too_old_and_its_version(tmp_path, version_to
 
 def test_setup_says_when_the_interpreter_is_missing(tmp_path):
     shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
-    proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, env={**os.environ, "PYTHON": "no-such-python"},
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and proc.stderr.startswith("setup: no-such-python is missing;"), proc.stderr
+    shim = tmp_path / "python2"  # what pyenv puts on PATH for a Python it does not have
+    shim.write_text('#!/bin/sh\necho "pyenv: python2: command not found" >&2\nexit 127\n')
+    shim.chmod(0o755)
+    for python in ("no-such-python", str(shim)):
+        proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, env={**os.environ, "PYTHON": python},
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1 and proc.stderr.startswith(f"setup: {python} is missing;"), proc.stderr
