@@ -26,6 +26,8 @@ from pathlib import Path
 
 import gradio as gr
 import numpy as np
+from gradio.blocks import Block
+from gradio.state_holder import SessionState
 
 from distcore import data, jobs, plots, runs
 from distcore import devices as devmod
@@ -47,8 +49,26 @@ def _radio_preprocess_taking_numbers_as_text(preprocess):
     return taking_text
 
 
-if not hasattr(gr.Radio.preprocess, "wrapped"):  # (once, however often this module is loaded)
+def _session_copies_keeping_their_ids(setitem):
+    """Gradio 6.31 rebuilds a session's copy of a component whenever an event updates it (a
+    gr.skip() too), and the copy gets a new id. The next event that takes it as an input
+    then files it under that new id as well (Blocks.preprocess_data: `if block._id not in
+    state`), so every timer tick of an open page kept one more component per picker: the app
+    grew by about 0.9 MB a minute with two idle pages open, 25 KB a poll. Here the copy keeps
+    the id of the component it stands for."""
+    def keeping_ids(self, key, value):
+        if isinstance(value, Block) and value._id != key:
+            value._id = key
+        return setitem(self, key, value)
+    keeping_ids.wrapped = setitem
+    return keeping_ids
+
+
+# Workarounds for the pinned Gradio, once however often this module is loaded.
+if not hasattr(gr.Radio.preprocess, "wrapped"):
     gr.Radio.preprocess = _radio_preprocess_taking_numbers_as_text(gr.Radio.preprocess)
+if not hasattr(SessionState.__setitem__, "wrapped"):
+    SessionState.__setitem__ = _session_copies_keeping_their_ids(SessionState.__setitem__)
 
 POLICY_CHOICES = tuple((p.upper(), p) for p in POLICIES)
 API_CHOICES = (("experimental_distribute_dataset", "dataset"),

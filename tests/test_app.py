@@ -731,3 +731,28 @@ def test_a_page_keeps_following_its_own_run_and_evaluate_follows_it_too(settings
     assert app._on_load(settings, "../gone")[0]["value"] == "theirs"  # not a run here: a fresh page's
     _, _, run_update, ckpt_update, _ = app.poll_lists(settings, None, None, None, None, None, "mine")
     assert (run_update["value"], ckpt_update["value"]) == ("mine", "ckpt-10")
+
+
+def test_a_polling_page_keeps_no_more_components_than_the_app_has(tmp_path, planner):
+    # Gradio 6.31 files a session's rebuilt copy of a component under a new id each time an
+    # event takes it as input after an update (a gr.skip() too): every tick of an open page
+    # kept three more pickers, 25 KB a poll, never given back.
+    import socket
+
+    from gradio_client import Client
+
+    write_run(tmp_path / "runs", "r1", "finished", checkpoints=["ckpt-10"])
+    demo = app.build_app(tmp_path / "runs", max_jobs=1, devices_info=CPU_ONLY, planner=planner)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo.queue().launch(server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        c = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        for _ in range(10):
+            c.predict(None, None, None, api_name="/poll_lists")
+            c.predict("r1", api_name="/poll_run")
+        sessions = list(demo.state_holder.session_data.values())
+        assert [len(s.blocks_config.blocks) for s in sessions] == [len(demo.blocks)]
+    finally:
+        demo.close()
