@@ -77,7 +77,8 @@ def _step_label(step: int, row: list[list[int]], global_batch: int) -> str:
     return f"step {step + 1}"
 
 
-MAX_LOSS_POINTS = 2000
+MAX_LOSS_POINTS = 2000  # past that, each point of the loss plot is the mean of a few steps
+
 # A title at the top, below the toolbar a touch or a hover shows over the top 30 px: it covered
 # the title on a phone.
 BELOW_TOOLBAR = {"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 34}}
