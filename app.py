@@ -703,10 +703,13 @@ def checkpoint_dropdown(settings: AppSettings, name):
     return gr.update(choices=ckpts, value=ckpts[-1] if ckpts else None)
 
 
-def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes):
-    """Restore a checkpoint and evaluate it: (markdown, confusion figure, gallery items)."""
+def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes, followed=None):
+    """Restore a checkpoint and evaluate it: (markdown, confusion figure, gallery items).
+    No run chosen: the run 2 · Train follows (`followed`), as the picker shows it once filled
+    in. Opened after a reload, the tab's pickers filled in only at the next tick, and an
+    Evaluate clicked before that said "choose a run first"."""
     try:
-        run_dir = run_dir_of(settings, name)
+        run_dir = run_dir_of(settings, name or followed)
         saved = runs.list_checkpoints(run_dir)
         if not saved:
             ended = runs.ended_before_training(run_dir)
@@ -880,7 +883,7 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
             with gr.Tab("2 · Train", id=TABS[1]) as train_tab:
                 train = _train_tab(settings, lock, setup, bind, timer)
             with gr.Tab("3 · Evaluate", id=TABS[2]) as evaluate_tab:
-                evaluate_ui = _evaluate_tab(settings, bind)
+                evaluate_ui = _evaluate_tab(settings, bind, followed=train["run"])
             with gr.Tab("4 · Loss scaling", id=TABS[3]) as loss_tab:
                 _loss_tab(settings, setup, bind)
         _keep_tab_in_browser(demo, tabs, [setup_tab, train_tab, evaluate_tab, loss_tab])
@@ -1112,7 +1115,7 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) 
     return ui
 
 
-def _evaluate_tab(settings: AppSettings, bind) -> dict:
+def _evaluate_tab(settings: AppSettings, bind, followed) -> dict:
     ui = {}
     gr.Markdown("Restore a saved checkpoint, without a strategy or on a device set of your "
                 "choice, and evaluate it on the run's test set.")
@@ -1145,7 +1148,7 @@ def _evaluate_tab(settings: AppSettings, bind) -> dict:
     refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"]).then(
         bind(checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
     go_button.click(bind(evaluate, settings),
-                    [ui["run"], ui["checkpoint"], ui["mode"], ui["count"], ui["boxes"]],
+                    [ui["run"], ui["checkpoint"], ui["mode"], ui["count"], ui["boxes"], followed],
                     [ui["result"], ui["confusion"], ui["gallery"]])
     return ui
 

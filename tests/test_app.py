@@ -227,6 +227,10 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     newest = runs.list_checkpoints(settings.runs_root / "r1")[-1]
     md, _, _ = app.evaluate(settings, "r1", None, app.NO_STRATEGY, 2, [])
     assert md.startswith("### Accuracy") and f"{newest} (step {runs.checkpoint_step(newest)})" in md
+    # Nor the run dropdown (a tab first opened after a reload fills it in at the next tick):
+    # the run 2 · Train follows. It said "choose a run first".
+    md, _, _ = app.evaluate(settings, None, None, app.NO_STRATEGY, 2, [], "r1")
+    assert md.startswith("### Accuracy") and f"{newest} (step {runs.checkpoint_step(newest)}) of **r1**" in md
 
     step = runs.checkpoint_step(ckpt)
     text, _ = app.resume_run(settings, lock, "r1", *form(train_examples=60000, max_steps=step + 5))
