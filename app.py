@@ -773,7 +773,9 @@ def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, 
         batch = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
         args = ["loss-check", *device_args(names), "--global-batch", str(batch),
                 "--seed", str(check_int("seed", 0 if seed is None else seed, low=0, high=MAX_SEED))]  # as Setup's
-        if not is_empty(examples):  # empty: a full batch
+        # 0 or empty: a full batch. (Gradio 6.31 shows an empty Number as 0 and sends 0, so
+        # the tab's first click, with the field as it came, was refused.)
+        if not is_empty(examples) and examples != 0:
             args += ["--examples", str(check_int("examples in the batch", examples, high=batch))]
         r = jobs.run_cli_json(args, timeout=600)
     except DistcoreError as e:
@@ -1165,7 +1167,7 @@ def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
         "2 + 2 + 0).")
     with gr.Row():
         seed = gr.Number(value=0, label="Seed (the initial weights; the batch is the first G test images)")
-        examples = gr.Number(value=None, label="Examples in the batch (empty: the global batch size)",
+        examples = gr.Number(value=0, label="Examples in the batch (0: the global batch size)",
                              info="fewer than the global batch size: a partial last batch")
     button = gr.Button("Check loss scaling", variant="primary")
     result = gr.Markdown(elem_id="dc-loss")

@@ -184,8 +184,12 @@ def test_loss_check(settings):
     assert "**Global batch 6, a partial batch of 4 examples on 3 replicas** (examples per replica: 2, 2, 0)" in partial
     assert "| Keras 3's default reduction (sum_over_batch_size) in each replica | fails | – |" in partial
     assert "*Keras 3's default reduction failed: the strategy cannot add up" in partial and "AddN" in partial
-    for bad in (7, 0, 2.5):  # the range is the global batch's (0 said "from 1 to 65536")
+    for bad in (7, -1, 2.5):  # the range is the global batch's (0 said "from 1 to 65536")
         assert "must be a whole number from 1 to 6." in app.loss_check(settings, 3, [], 6, 0, 1, bad)
+    # 0, as the field comes (Gradio shows and sends an empty Number as 0), is the whole batch:
+    # the tab's first click was refused.
+    assert app.loss_check(settings, 3, [], 6, 0, 1, 0) == app.loss_check(settings, 3, [], 6, 0, 1, None)
+    assert "**Global batch 6 on 3 replicas**" in app.loss_check(settings, 3, [], 6, 0, 1, 0)
 
 
 def test_train_follow_stop_evaluate_resume_export(settings):
