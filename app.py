@@ -34,6 +34,7 @@ from distcore import devices as devmod
 from distcore.config import (MAX_GLOBAL_BATCH, MAX_SEED, MAX_SPLIT_EXAMPLES, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
                              DistcoreError, SplitConfig, TrainConfig, check_int, is_empty)
 
+
 def _radio_preprocess_taking_numbers_as_text(preprocess):
     """A Radio of whole numbers takes them as text too: gradio_client's view_api lists every
     Radio's choices as text (the device count as Literal['1', ..., '16']), and a script that
@@ -1195,11 +1196,10 @@ def main() -> None:
         port = check_int("GRADIO_SERVER_PORT", os.environ.get("GRADIO_SERVER_PORT", "7860"),
                          low=1, high=65535)
         check_port_free(host, port)
-        env_max_jobs()
-        runs.ready_root()
+        max_jobs, root = env_max_jobs(), runs.ready_root()
     except DistcoreError as e:
         sys.exit(f"error: {e}")
-    demo = build_app()
+    demo = build_app(root, max_jobs)
     # Warm the split planner up in the background so the first "Show split" is quick.
     threading.Thread(target=_warm_up, args=(demo.planner,), daemon=True).start()
     try:

@@ -91,15 +91,13 @@ class Controller:
         self.wrote_config = False
         try:
             self.claim(resume)
-        except DistcoreError as err:
+        except BaseException as err:
             self.close()  # a notebook's next try must not find the run locked by this one
-            if self.wrote_config and not resume:  # nothing trained: the same command, fixed, starts it
-                (self.run_dir / "config.json").unlink(missing_ok=True)  # (it was "already holds a run")
-            if config.workers > 1 and not hasattr(self, "strategy"):  # not connected yet
-                raise cluster.peers_wait(err) from None
-            raise
-        except BaseException:
-            self.close()
+            if isinstance(err, DistcoreError):  # refused
+                if self.wrote_config and not resume:  # nothing trained: the same command, fixed, starts it
+                    (self.run_dir / "config.json").unlink(missing_ok=True)  # (it was "already holds a run")
+                if config.workers > 1 and not hasattr(self, "strategy"):  # not connected yet
+                    raise cluster.peers_wait(err) from None
             raise
 
     def claim(self, resume: bool) -> None:

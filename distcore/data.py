@@ -139,10 +139,11 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None) -> Path:
         except Exception as err:  # no network, proxy, disk: all the same to the user
             tried.append(f"Keras download ({type(err).__name__}: {err})")
         else:
-            kept = [folder for folder in keras_caches() if has_files(folder)]
+            caches = keras_caches()
+            kept = [folder for folder in caches if has_files(folder)]
             if kept:
                 return kept[0]
-            tried.append(f"Keras download (done, but its files are in neither {' nor '.join(map(str, keras_caches()))})")
+            tried.append(f"Keras download (done, but its files are in neither {' nor '.join(map(str, caches))})")
     raise DistcoreError(f"Fashion-MNIST not found (looked in: {'; '.join(tried)}). {HOW_TO_GET}")
 
 
