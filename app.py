@@ -24,15 +24,27 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import gradio as gr
-import numpy as np
-from gradio.blocks import Block
-from gradio.state_holder import SessionState
-
-from distcore import data, jobs, plots, runs
-from distcore import devices as devmod
 from distcore.config import (MAX_GLOBAL_BATCH, MAX_SEED, MAX_SPLIT_EXAMPLES, MODELS, OPTIMIZERS, POLICIES, TRAIN_SIZE,
                              DistcoreError, SplitConfig, TrainConfig, check_int, is_empty)
+
+
+def server_port() -> int:
+    return check_int("GRADIO_SERVER_PORT", os.environ.get("GRADIO_SERVER_PORT", "7860"), low=1, high=65535)
+
+
+if __name__ == "__main__":  # Gradio reads GRADIO_SERVER_PORT with int() as it is imported
+    try:
+        server_port()
+    except DistcoreError as e:
+        sys.exit(f"error: {e}")
+
+import gradio as gr  # noqa: E402
+import numpy as np  # noqa: E402
+from gradio.blocks import Block  # noqa: E402
+from gradio.state_holder import SessionState  # noqa: E402
+
+from distcore import data, jobs, plots, runs  # noqa: E402
+from distcore import devices as devmod  # noqa: E402
 
 
 def _radio_preprocess_taking_numbers_as_text(preprocess):
@@ -1193,8 +1205,7 @@ def check_port_free(host: str, port: int) -> None:
 def main() -> None:
     host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
     try:  # before the slow start-up (device detection), and without a traceback
-        port = check_int("GRADIO_SERVER_PORT", os.environ.get("GRADIO_SERVER_PORT", "7860"),
-                         low=1, high=65535)
+        port = server_port()
         check_port_free(host, port)
         max_jobs, root = env_max_jobs(), runs.ready_root()
     except DistcoreError as e:

@@ -423,6 +423,7 @@ def test_a_port_in_use_ends_with_one_plain_line(tmp_path):
 
 @pytest.mark.parametrize("setting, expected", [
     ({"DISTCORE_MAX_JOBS": "0"}, "error: DISTCORE_MAX_JOBS (0) must be a whole number from 1 up."),
+    ({"GRADIO_SERVER_PORT": "abc"}, "error: GRADIO_SERVER_PORT ('abc') must be a whole number from 1 to 65535."),
     ({"DISTCORE_RUNS_DIR": "{tmp}/a-file/runs"},
      "error: cannot make the runs folder {tmp}/a-file/runs (Not a directory); set DISTCORE_RUNS_DIR to a folder "
      "you can write."),
