@@ -322,6 +322,8 @@ def test_the_eta_counts_the_test_passes_still_to_come(tmp_path, monkeypatch):
         (self.runner.step.numpy(), extra.get("eta_seconds"), self.test_seconds, extra.get("examples_per_sec")))
         or set_status(self, state, **extra))
     Controller(config.replace(test_examples=2000, steps_per_loop=2), tmp_path / "r").run()
+    # The first pass (step 4) traced the test step, and its time is not counted.
+    assert {t for step, _, t, _ in statuses if 4 < step <= 8} == {None}
     eta, test_seconds = next((eta, t) for step, eta, t, _ in statuses if step == 12 and eta is not None)
     assert test_seconds > 0 and eta > 2 * test_seconds  # after step 12: the passes at 16 and 20, and 8 steps
     # Before the process has timed a pass (a new run before its first checkpoint, or just after
