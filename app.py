@@ -740,14 +740,14 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
         else:
             args += device_args(selected_devices(settings, cpu_count, gpu_boxes))
         result = jobs.run_cli_json(args, timeout=900)
-        config = runs.read_config(run_dir)
-        gallery = sample_gallery(result.get("samples") or [], config.get("data_dir"))
+        gallery = sample_gallery(result.get("samples") or [], result.get("data_dir"))
     except DistcoreError as e:
         return error_md(e), None, []
     where = "no strategy" if mode == NO_STRATEGY else ", ".join(result.get("devices") or [])
     md = (f"### Accuracy {100 * result['accuracy']:.2f}% · loss {result['loss']:.4f}\n"
           f"{result.get('checkpoint', checkpoint)} (step {result.get('step', '?')}) of "
-          f"**{run_dir.name}**, restored with {where}, on {result.get('examples', '?')} test images.")
+          f"**{run_dir.name}**, restored with {where}, on {result.get('examples', '?')} test images."
+          + (f"\n\nNote: {result['note']}" if result.get("note") else ""))
     fig = plots.confusion_figure(result["confusion"], data.CLASS_NAMES) if result.get("confusion") else None
     return md, fig, gallery
 

@@ -181,13 +181,14 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     name, step = find(run_dir, name)
     device_names = None if device_names is None else devices.resolve(devices=device_names)
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
-    data = data_lib.load(data_dir or config.data_dir, saved_in=None if data_dir else Path(run_dir) / "config.json")
+    notes = []
+    data = data_lib.load(data_dir or config.data_dir, saved_in=None if data_dir else Path(run_dir) / "config.json",
+                         on_note=notes.append)
     n = config.test_examples
     with strategy.scope():
         model = create_model(config.model, config.l2)
         loss_metric = keras.metrics.Mean()
         accuracy_metric = keras.metrics.SparseCategoricalAccuracy()
-    notes = []
     restore_model = lambda prefix: restore(tf.train.Checkpoint(model=model), prefix, partial=True)  # noqa: E731
     if newest:  # "the latest" means the latest that is intact; say so when that is not the newest
         name = newest_intact(Path(run_dir) / "checkpoints", restore_model, notes.append)
@@ -222,10 +223,10 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     result = {
         "checkpoint": name, "step": step, "accuracy": float(accuracy_metric.result()),
         "loss": float(loss_metric.result()), "examples": n,
-        "devices": list(device_names) if device_names else ["no strategy"],
+        "devices": list(device_names) if device_names else ["no strategy"], "data_dir": data.source,
     }
     if notes:
-        result["note"] = notes[0]
+        result["note"] = " ".join(notes)
     if details:
         result["confusion"] = confusion
         result["samples"] = sample_predictions(model, data, count=min(16, n))  # of the run's test set only

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -365,7 +366,7 @@ def cmd_train(args) -> int:
         from . import controller
 
         progress = None if args.json or not sys.stderr.isatty() else Progress(config.total_steps())
-        on_record = print_json if args.json else (progress.update if progress else None)
+        on_record = print_json if args.json else functools.partial(show_record, progress)
         trainer = controller.Controller(config, args.run_dir, resume=args.resume, stop=stop, on_record=on_record)
     except DistcoreError as err:
         stop.failed(str(err))
@@ -468,6 +469,15 @@ def physical_gpus_without_tf() -> int:
     code = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     return int(out.stdout.strip() or 0)
+
+
+def show_record(progress, record: dict) -> None:
+    """A record as text: the progress bar's, and a note for what was read from elsewhere than
+    asked (an older checkpoint, another data folder), which was only in the run's log."""
+    if record.get("event") == "fallback":
+        print(f"note: {record['message']}", file=sys.stderr)
+    if progress:
+        progress.update(record)
 
 
 class Progress:

@@ -62,12 +62,12 @@ def worker_scratch() -> Path:
     return Path(tempfile.mkdtemp(prefix=f"distcore-worker-{os.getpid()}-"))
 
 
-def locate_data(config: TrainConfig, run_dir: Path, resume: bool) -> Path:
-    """The data folder. A resume given no --data-dir reads it from the run's config.json:
-    then a missing folder is blamed on that file, not on a flag the user never passed."""
+def locate_data(config: TrainConfig, run_dir: Path, resume: bool, on_note) -> Path:
+    """The data folder. A resume given no --data-dir reads it from the run's config.json,
+    and where that folder is gone, reads the data from the usual places (data.locate)."""
     saved = runs.read_json(run_dir / "config.json") if resume else None
     from_run = bool(saved) and config.data_dir is not None and data_folder(saved.get("data_dir")) == config.data_dir
-    return data_lib.locate(config.data_dir, saved_in=run_dir / "config.json" if from_run else None)
+    return data_lib.locate(config.data_dir, saved_in=run_dir / "config.json" if from_run else None, on_note=on_note)
 
 
 # The one check of a resume lives with the run directories (no TensorFlow there), so the
@@ -96,6 +96,8 @@ class Controller:
             if isinstance(err, DistcoreError):  # refused
                 if self.wrote_config and not resume:  # nothing trained: the same command, fixed, starts it
                     (self.run_dir / "config.json").unlink(missing_ok=True)  # (it was "already holds a run")
+                if resume and not self.wrote_config:  # nothing changed: a finished run was marked "failed"
+                    self.stop.withdraw()
                 if config.workers > 1 and not hasattr(self, "strategy"):  # not connected yet
                     raise cluster.peers_wait(err) from None
             raise
@@ -113,11 +115,12 @@ class Controller:
         # Found before the run directory is claimed: a mistyped --data-dir left a config.json
         # behind, and the corrected command's run "already held a run". (Read after it, so a
         # stop is honoured while the files are read.)
-        folder = locate_data(config, self.run_dir, resume)
+        notes = []
+        folder = locate_data(config, self.run_dir, resume, notes.append)
         self.prepare_dir(resume)
-        self.set_up(folder, resume)
+        self.set_up(folder, resume, notes)
 
-    def set_up(self, folder, resume: bool) -> None:
+    def set_up(self, folder, resume: bool, notes: list[str]) -> None:
         config = self.config
         self.data = data_lib.subset(data_lib.read_dir(folder), config.train_examples, config.test_examples)
         if config.workers > 1:
@@ -129,13 +132,13 @@ class Controller:
         self.runner = StepRunner(self.strategy, config)
         self.saver = checkpoints.Saver(self.runner.checkpoint(), self.write_dir / "checkpoints",
                                        read_folder=self.run_dir / "checkpoints")
-        self.resume, self.resumed_from, fallbacks = resume, None, []
+        self.resume, self.resumed_from = resume, None
         if resume:
-            self.resumed_from = self.restore(fallbacks.append)
+            self.resumed_from = self.restore(notes.append)
             if self.task.is_chief:  # steps after the checkpoint were lost; so are their records
                 self.roll_back(int(self.runner.step.numpy()), int(self.runner.epoch.numpy()))
         self.metrics = runs.MetricsLog(self.write_dir)
-        for message in fallbacks:
+        for message in notes:
             self.log_event("fallback", message)
         self.writer = events.writer(self.write_dir / "logs")
         self.test_data = test_dataset(self.strategy, config, self.data)

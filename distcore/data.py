@@ -107,15 +107,33 @@ def has_files(folder: Path) -> bool:
     return all((folder / name).is_file() for name in FILES.values())
 
 
-def load(data_dir=None, download: bool | None = None, saved_in=None) -> FashionMNIST:
+def missing_files(folder: Path) -> str:
+    return ", ".join(name for name in FILES.values() if not (folder / name).is_file())
+
+
+def load(data_dir=None, download: bool | None = None, saved_in=None, on_note=None) -> FashionMNIST:
     """Load Fashion-MNIST from the first place that has it (see the module docstring)."""
-    return read_dir(locate(data_dir, download, saved_in))
+    return read_dir(locate(data_dir, download, saved_in, on_note))
 
 
-def locate(data_dir=None, download: bool | None = None, saved_in=None) -> Path:
+def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=None) -> Path:
     """The first folder that has the four files (downloading them with Keras when allowed),
-    without reading them; the error says how to get the data. `saved_in`: the run's
-    config.json, when `data_dir` came from there and not from a --data-dir flag."""
+    without reading them; the error says how to get the data.
+
+    `saved_in`: the run's config.json, when `data_dir` came from there and not from a
+    --data-dir flag. That folder may be another host's, or gone: then the usual places are
+    searched instead, and `on_note` is told which folder was read. (A run copied to a
+    colleague could not be evaluated or resumed in the app, which has no data folder field.)
+    """
+    if saved_in and data_dir and not has_files(Path(data_dir).expanduser()):
+        lacking = f"the run's data folder {data_dir} (its data_dir in {saved_in}) lacks {missing_files(Path(data_dir))}"
+        try:
+            found = locate(None, download)
+        except DistcoreError as err:
+            raise DistcoreError(f"{lacking}, and {err}") from None
+        if on_note:
+            on_note(f"{lacking}; read Fashion-MNIST from {found} instead.")
+        return found
     tried = []
     for folder in candidate_dirs(data_dir):
         if has_files(folder):
@@ -123,12 +141,8 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None) -> Path:
         tried.append(str(folder))
         named = data_dir or os.environ.get("DISTCORE_DATA_DIR")  # a folder asked for is not passed over
         if named and folder == Path(named).expanduser():
-            missing = ", ".join(n for n in FILES.values() if not (folder / n).is_file())
-            if saved_in:  # the user passed no --data-dir: say where the folder came from
-                raise DistcoreError(f"the data folder {folder}, saved in {saved_in} as the run's data_dir, lacks "
-                                    f"{missing}: pass --data-dir with a folder that has them. {HOW_TO_GET}")
-            raise DistcoreError(f"{'--data-dir' if data_dir else '$DISTCORE_DATA_DIR'} {folder} lacks {missing}. "
-                                f"{HOW_TO_GET}")
+            raise DistcoreError(f"{'--data-dir' if data_dir else '$DISTCORE_DATA_DIR'} {folder} lacks "
+                                f"{missing_files(folder)}. {HOW_TO_GET}")
     if download is None:
         download = os.environ.get("DISTCORE_NO_DOWNLOAD", "") in ("", "0")
     if download:

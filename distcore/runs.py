@@ -189,7 +189,8 @@ def write_json_atomic(path: Path, data: dict) -> None:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
         os.replace(tmp, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # on a read-only filesystem this fails too (EROFS)
+            tmp.unlink(missing_ok=True)
         raise DistcoreError(f"cannot write {path}: {err.strerror or err}.") from None
 
 

@@ -166,6 +166,28 @@ def test_evaluate_a_run_with_no_checkpoints_says_so(settings):
     assert "has no checkpoints yet" in app.evaluate(settings, "fresh", None, app.NO_STRATEGY, 2, [])[0]
 
 
+def test_evaluate_a_run_whose_data_folder_is_gone_reads_the_data_from_here_and_says_so(settings, tmp_path):
+    # Issue (QA): a run trained with --data-dir, copied to another machine, could not be
+    # evaluated in the app, which has no data folder field: "pass --data-dir ...".
+    from distcore import data
+
+    theirs = tmp_path / "their-data"
+    theirs.mkdir()
+    here = data.locate(download=False)
+    for name in data.FILES.values():
+        (theirs / name).symlink_to(here / name)
+    run_dir = settings.runs_root / "copied"
+    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--data-dir", str(theirs),
+                    "--replicas", "2", "--train-examples", "640", "--test-examples", "200", "--steps-per-loop", "5"],
+                   cwd=REPO, check=True, timeout=300, capture_output=True)
+    for name in data.FILES.values():
+        (theirs / name).unlink()
+    md, figure, gallery = app.evaluate(settings, "copied", "ckpt-10", app.NO_STRATEGY, 2, [])
+    assert md.startswith("### Accuracy ") and figure is not None and len(gallery) == 16, md
+    assert (f"Note: the run's data folder {theirs} (its data_dir in {run_dir / 'config.json'}) lacks "
+            f"{', '.join(data.FILES.values())}; read Fashion-MNIST from {here} instead.") in md
+
+
 def test_loss_check(settings):
     text = app.loss_check(settings, 2, [], 64, 0)
     assert "Global batch 64 on 2 replicas" in text

@@ -130,6 +130,11 @@ def test_a_resume_with_nothing_left_to_train_is_refused_before_any_process_start
     result = cli("train", "--run-dir", str(finished_run), "--resume", "--epochs", "2", "--replicas", "17")
     assert result.returncode == 2 and "replicas (17) must be" in result.stderr
     assert run_files(finished_run) == before
+    # Refused for its data folder, found missing once TensorFlow is up: it too was marked "failed".
+    missing = finished_run.parent / "no-data"
+    result = cli("train", "--run-dir", str(finished_run), "--resume", "--epochs", "2", "--data-dir", str(missing))
+    assert result.returncode == 2 and f"--data-dir {missing} lacks" in result.stderr
+    assert run_files(finished_run) == before
 
 
 def test_a_resume_with_max_steps_0_lifts_the_limit_and_a_refusal_names_the_limit_that_binds(tmp_path):
@@ -282,3 +287,20 @@ def test_help_states_each_commands_default_device_set():
     assert "logical CPUs; default 2)" in " ".join(cli("loss-check", "--help").stdout.split())
     evaluate = " ".join(cli("evaluate", "--help").stdout.split())
     assert "logical CPUs; default 1)" in evaluate and "--json print one JSON object" in evaluate
+
+
+def test_a_resume_says_when_it_reads_the_data_from_elsewhere_than_the_runs_folder(tmp_path):
+    # The run's data folder is gone (a run copied from another machine): the resume reads the
+    # data from the usual places, and said so only in the run's log.
+    from distcore import data
+
+    theirs, run_dir = tmp_path / "their-data", tmp_path / "r"
+    theirs.mkdir()
+    for name in data.FILES.values():
+        (theirs / name).symlink_to(data.locate(download=False) / name)
+    cli("train", "--run-dir", str(run_dir), "--data-dir", str(theirs), "--train-examples", "640",
+        "--test-examples", "200", "--max-steps", "2", check=True)
+    shutil.rmtree(theirs)
+    result = cli("train", "--run-dir", str(run_dir), "--resume", "--max-steps", "4", check=True)
+    assert f"note: the run's data folder {theirs} (its data_dir in {run_dir / 'config.json'}) lacks " in result.stderr
+    assert result.stdout.strip().endswith(f"finished at step 4 of 4; run directory: {run_dir}")

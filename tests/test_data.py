@@ -71,6 +71,27 @@ def test_an_explicit_folder_missing_files_is_an_error_not_a_fallback(tmp_path, m
         data.locate()
 
 
+def test_a_runs_saved_folder_that_is_gone_falls_back_to_the_usual_places_and_says_so(fmnist, tmp_path, monkeypatch):
+    # Issue: a run copied from a colleague named their --data-dir; the app, with no data folder
+    # field, could neither evaluate nor resume it though this machine has the data.
+    monkeypatch.delenv("DISTCORE_DATA_DIR", raising=False)
+    gone, config_json, notes = tmp_path / "theirs", tmp_path / "run" / "config.json", []
+    found = data.locate(str(gone), saved_in=config_json, on_note=notes.append)
+    assert found == data.locate() and has_four_files(found)
+    assert notes == [f"the run's data folder {gone} (its data_dir in {config_json}) lacks {', '.join(data.FILES.values())}; "
+                     f"read Fashion-MNIST from {found} instead."]
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))  # and no data here either
+    monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "debian")
+    with pytest.raises(DistcoreError) as err:
+        data.locate(str(gone), download=False, saved_in=config_json)
+    assert str(err.value).startswith(f"the run's data folder {gone} (its data_dir in {config_json}) lacks ")
+    assert ", and Fashion-MNIST not found (looked in: " in str(err.value) and "apt-get install" in str(err.value)
+
+
+def has_four_files(folder):
+    return all((folder / name).is_file() for name in data.FILES.values())
+
+
 def test_truncated_file_is_refused(fmnist, tmp_path):
     folder = copy_data(fmnist, tmp_path / "bad")
     raw = gzip.open(folder / data.FILES["test_images"]).read()

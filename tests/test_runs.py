@@ -1,8 +1,11 @@
 """Run directories: names from the browser never reach the filesystem outside the runs root."""
 
+import errno
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
@@ -159,3 +162,15 @@ def test_a_failure_before_the_run_was_set_up_is_still_its_final_status(tmp_path)
     assert not (tmp_path / "metrics.jsonl").exists()
     runs.record_failure(tmp_path / "none", "worker 0 was killed by SIGKILL")  # not a run: nothing written
     assert not (tmp_path / "none").exists()
+
+
+def test_a_read_only_filesystem_is_a_plain_error(tmp_path, monkeypatch):
+    # Issue (QA): resuming a run on a read-only mount ended in a traceback, as the clean-up of
+    # the temporary file failed with EROFS too.
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(Path, "write_text", read_only)
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(DistcoreError, match=rf"^cannot write {tmp_path / 'status.json'}: Read-only file system\.$"):
+        runs.write_json_atomic(tmp_path / "status.json", {"state": "starting"})
