@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import devices, stopping
+from . import devices, runs, stopping
 from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError
 
 # Said by a worker started by hand that failed before it connected: TensorFlow's start-up
@@ -212,7 +212,7 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     log_dir.mkdir(parents=True, exist_ok=True)
     # The workers' temporary folders (a non-chief's checkpoints, metrics, logs) go in here,
     # a folder the launcher owns: a worker that is killed cannot clean up after itself.
-    scratch = tempfile.mkdtemp(prefix="distcore-workers-")
+    scratch = launcher_scratch()
     procs, files = [], []
     forward = lambda signum, _frame: [p.send_signal(signum) for p in procs if p.poll() is None]  # noqa: E731
     in_main = threading.current_thread() is threading.main_thread()  # signals can only be set there
@@ -242,6 +242,18 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     elif own_logs:
         outcome.message += f" (worker logs: {log_dir})"
     return outcome
+
+
+def launcher_scratch() -> str:
+    """A new folder for the workers' temporary folders (their TMPDIR). Those of launchers
+    killed with SIGKILL, which cannot clean up, are removed first, once none of their
+    workers (each in a distcore-worker-PID-* folder there) is alive either: orphaned
+    workers go on training, and can still be stopped."""
+    for old in Path(tempfile.gettempdir()).glob("distcore-workers-*-*"):
+        pids = [old.name.split("-")[2]] + [inner.name.split("-")[2] for inner in old.glob("distcore-worker-*-*")]
+        if all(pid.isdigit() and not runs.pid_alive(pid) for pid in pids):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"distcore-workers-{os.getpid()}-")
 
 
 @contextlib.contextmanager

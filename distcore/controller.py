@@ -7,6 +7,7 @@ status.json, TensorBoard events and checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -300,11 +301,10 @@ class Controller:
         except BaseException as err:
             message = failure_message(err)
             detail = {"detail": str(err)} if isinstance(err, tf.errors.OpError) else {}  # for the post-mortem
-            try:
-                self.log_event("failed", message)
-                self.set_status("failed", message=message, **detail)
-            except DistcoreError:
-                pass  # the run directory itself is what failed; the error below says so
+            for record in (lambda: self.log_event("failed", message),
+                           lambda: self.set_status("failed", message=message, **detail)):
+                with contextlib.suppress(DistcoreError):  # each where it can: a full metrics.jsonl
+                    record()  # left status.json "running", and the run read "died"
             if self.config.workers > 1 and isinstance(err, tf.errors.OpError):
                 raise self.cluster_failure(err) from None
             raise

@@ -8,6 +8,7 @@ No module-level mutable state: the Planner is an object its owner creates.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -50,12 +51,16 @@ def _cli_error(stdout: str, stderr: str, code: int) -> str:
             continue
         if isinstance(obj, dict) and "error" in obj:
             return str(obj["error"])
-    lines = stderr.strip().splitlines()
+    lines = [line for line in stderr.strip().splitlines() if not _noise(line)]
     for line in reversed(lines):
         if line.startswith("error:"):
             return line[len("error:"):].strip()
-    tail = " | ".join(lines[-3:]) if lines else "no output"
-    return f"distcore exited with code {code}: {tail}"
+    tail = f": {' | '.join(lines[-3:])}" if lines else ""
+    if code < 0:  # the process got a signal; SIGKILL most often from the kernel's out-of-memory killer
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        memory = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"the distcore process was killed by {name}{memory}{tail}"
+    return f"distcore exited with code {code}{tail or ': no output'}"
 
 
 def run_cli_json(args: list[str], timeout: float = 600) -> dict:
@@ -209,15 +214,16 @@ def start_training(runs_root, name: str, options: dict | list | None = None,
     args = [*command, "--run-dir", str(run_dir.resolve()), *options_to_args(options)]
     if resume:
         args.append("--resume")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / LOG_FILE, "ab") as log:
-        log.write(f"\n$ distcore {' '.join(args)}\n".encode())
-        log.flush()
+    with open_log(run_dir, args, resume) as log:
         proc = subprocess.Popen(cli_command(*args), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=cli_env(),
                                 start_new_session=True)  # survives the request, own signals
-    (run_dir / JOB_FILE).write_text(json.dumps({"pid": proc.pid, "started": time.time(),
-                                                "resume": resume}))
+    try:
+        (run_dir / JOB_FILE).write_text(json.dumps({"pid": proc.pid, "started": time.time(), "resume": resume}))
+    except OSError as err:  # untracked, it could be neither followed nor stopped
+        proc.kill()
+        proc.wait()
+        raise runs.unwritable(run_dir, err) from None
     # Popen returns while the kernel is still finishing the exec: /proc/PID/cmdline reads
     # empty for a moment, and until it is filled in the job would not count as active (a
     # job-limit check right after this one would miss it). Wait until it shows.
@@ -227,6 +233,30 @@ def start_training(runs_root, name: str, options: dict | list | None = None,
         time.sleep(0.001)
     threading.Thread(target=_reap, args=(proc,), daemon=True).start()
     return proc.pid
+
+
+def open_log(run_dir: Path, args: list[str], resume: bool):
+    """The run's train.log, opened to append, the command written to it. A runs folder that
+    cannot be written is a plain error (a full disk was Gradio's bare "Error"), and a new
+    run's folder made for nothing is removed."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log = open(run_dir / LOG_FILE, "ab")
+        try:
+            log.write(f"\n$ distcore {' '.join(args)}\n".encode())
+            log.flush()
+        except OSError:
+            log.close()
+            raise
+        return log
+    except OSError as err:
+        if not resume:
+            with contextlib.suppress(OSError):
+                if (run_dir / LOG_FILE).stat().st_size == 0:
+                    (run_dir / LOG_FILE).unlink()
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()  # only if empty: an earlier attempt's log stays
+        raise runs.unwritable(run_dir, err) from None
 
 
 def options_to_args(options: dict | list | None) -> list[str]:
@@ -323,9 +353,12 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
     run_dir = Path(run_dir)
     status = runs.read_status(run_dir) or {}
     active = is_active(run_dir)
-    state = run_state(run_dir, status)
-    live = status if state == "running" else {}
     metrics = runs.read_metrics(run_dir) if metrics is None else metrics
+    state = run_state(run_dir, status, metrics)
+    if state in FINAL_EVENTS and status.get("state") in runs.ACTIVE_STATES:  # ended as its log says
+        ended = logged_end(status, metrics)
+        status = {**status, "step": ended["step"], "message": ended.get("message", "")}
+    live = status if state == "running" else {}
     last_step = next((m for m in reversed(metrics) if "loss" in m and "event" not in m), {})
     events = [_event_line(m) for m in metrics if "event" in m]
     logs = tail_lines(run_dir / LOG_FILE, n_log)
@@ -358,17 +391,34 @@ def steady_speed(metrics: list[dict]) -> float | None:
     return None if before.get("event") in ("start", "resume") else metrics[steps[-1]].get("examples_per_sec")
 
 
-def run_state(run_dir, status: dict | None = None) -> str:
+def run_state(run_dir, status: dict | None = None, metrics: list | None = None) -> str:
     """The state to show for a run: status.json's, but "died" when it says the run is active
-    and no process is (gone without writing a final state). Only such a state costs a look
-    at the process, so the run pickers can label every run each tick."""
+    and no process is (gone without writing a final state), unless its log says how it ended.
+    Only such a state costs a look at the process, so the run pickers can label every run
+    each tick."""
     status = (runs.read_status(run_dir) or {}) if status is None else status
     state = status.get("state")
     if state and state not in ACTIVE_STATES:
         return state
     if is_active(Path(run_dir)):
         return state or "starting"
-    return "died" if state else "unknown"
+    if not state:
+        return "unknown"
+    ended = logged_end(status, runs.read_metrics(run_dir) if metrics is None else metrics)
+    return ended["event"] if ended else "died"
+
+
+FINAL_EVENTS = ("finished", "stopped", "failed")
+
+
+def logged_end(status: dict, metrics: list[dict]) -> dict | None:
+    """The log's last event if it ends the run and came after the status was written: a
+    process that could not write status.json (disk full, its folder read-only or moved)
+    logged why it failed, and the run read "died ... (killed, or a crash)" at an old step."""
+    last = next((m for m in reversed(metrics) if "event" in m), None)
+    if last and last["event"] in FINAL_EVENTS and last.get("time", 0) >= status.get("time", float("inf")):
+        return last
+    return None
 
 
 def _event_line(m: dict) -> str:

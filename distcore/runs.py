@@ -164,6 +164,8 @@ def claim_new_name(root) -> str:
             return name
         except FileExistsError:
             continue
+        except OSError as err:  # a full disk
+            raise DistcoreError(f"cannot make a run folder in {root}: {err.strerror}.") from None
     raise DistcoreError("no free automatic run name this second: type a run name.")
 
 
@@ -388,7 +390,8 @@ class MetricsLog:
         return record
 
     def close(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # a record that could not be written fails its flush again
+            self._file.close()
 
 
 def last_logged_step(run_dir) -> int:

@@ -5,7 +5,9 @@ time, before any test module imports TensorFlow-using code. Strategies in the
 tests then use any subset (1, 2, 3, 4, 5 replicas ...).
 """
 
+import contextlib
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -80,3 +82,15 @@ def dropped_iterators(monkeypatch):
 
     monkeypatch.setattr(inputs, "drop_later", watched)
     return deleted
+
+
+@contextlib.contextmanager
+def tmpfs(mount, options):
+    """A tmpfs mounted at `mount` with `options`, or a skip where mounting needs root."""
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("needs root to mount a tmpfs")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])

@@ -491,3 +491,20 @@ def test_a_stop_while_the_launcher_counts_gpus_stops_it_cleanly(tmp_path):
     assert "stopped before training began: nothing to save." in proc.stderr.read()
     assert not os.path.exists(f"/proc/{child[0]}")  # (it was its GPU count: no worker had started)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_killed_launchers_scratch_folder_goes_once_its_workers_are_gone_too(tmp_path, monkeypatch):
+    # Issue (QA): a `cluster` launcher killed with SIGKILL left its workers' folder in /tmp for good.
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # a pid no longer alive
+    orphaned, abandoned, own = (tmp_path / f"distcore-workers-{gone}-a", tmp_path / f"distcore-workers-{gone}-b",
+                                tmp_path / f"distcore-workers-{os.getpid()}-c")
+    (orphaned / f"distcore-worker-{os.getpid()}-x").mkdir(parents=True)  # its worker trains on
+    (abandoned / f"distcore-worker-{gone}-y").mkdir(parents=True)
+    own.mkdir()
+    fresh = cluster.launcher_scratch()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([orphaned.name, own.name, os.path.basename(fresh)])
+    assert os.path.basename(fresh).startswith(f"distcore-workers-{os.getpid()}-")

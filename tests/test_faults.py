@@ -1,6 +1,5 @@
 """Faults, injected: kills mid-step and mid-save, damaged checkpoints, unwritable disks."""
 
-import contextlib
 import json
 import os
 import signal
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, cpus
+from conftest import ROOT, cpus, tmpfs
 from test_events import tensorboard_steps
 from distcore import checkpoints, runs
 from distcore.cluster import Task
@@ -190,18 +189,6 @@ def test_a_cluster_worker_that_loses_a_peer_while_restoring_says_the_cluster_fai
                                  f"(UnavailableError: {LOST_PEER}).")
 
 
-@contextlib.contextmanager
-def tmpfs(mount, options):
-    """A tmpfs mounted at `mount` with `options`, or a skip where mounting needs root."""
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("needs root to mount a tmpfs")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)])
-
-
 @pytest.fixture
 def small_disk(tmp_path):
     """A 2 MiB filesystem: room for the run's files and one checkpoint (1.4 MiB), not two."""
@@ -228,3 +215,24 @@ def test_a_read_only_run_directory_is_a_clear_error(tmp_path):
     with tmpfs(tmp_path / "ro", "size=1m,ro") as mount:
         with pytest.raises(DistcoreError, match="cannot write to the run directory .*Read-only file system"):
             Controller(config(), mount / "r")
+
+
+def test_a_metrics_log_that_cannot_grow_fails_the_run_plainly(tmp_path):
+    # Issue (QA): a full metrics.jsonl ended in a traceback from MetricsLog.close, and left
+    # status.json "running", so the app said the run "died ... (killed, or a crash)".
+    import resource
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))  # Python ignores SIGXFSZ: EFBIG
+
+    run_dir = tmp_path / "r"
+    result = subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir),
+                             "--train-examples", "6000", "--test-examples", "200", "--steps-per-loop", "5"],
+                            cwd=ROOT, preexec_fn=small_files, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(tmp_path),
+                                 "PYTHONDONTWRITEBYTECODE": "1"})  # (a .pyc cut at 8000 bytes is kept)
+    message = f"cannot write {run_dir / 'metrics.jsonl'}: File too large."
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == f"error: {message}"
+    status = runs.read_status(run_dir)
+    assert status["state"] == "failed" and status["message"] == message and 0 < status["step"] < 94

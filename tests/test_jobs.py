@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import tmpfs, wait_for
 from distcore import jobs, runs, stopping
 from distcore.config import DistcoreError
 
@@ -155,6 +155,61 @@ def test_stop_refuses_a_pid_that_is_not_the_runs_trainer(tmp_path):
     assert not jobs.is_active(run_dir)
     assert not jobs.stop_training(run_dir)
     assert jobs.job_progress(run_dir).state == "died"
+
+
+def test_a_run_that_could_not_write_its_status_shows_the_failure_its_log_holds(tmp_path):
+    # Issue (QA): a process that failed on a full disk, or a read-only or moved folder, logged
+    # "failed" but could not write status.json; the run read "died ... (killed, or a crash)"
+    # at the step of its last status.
+    run_dir = tmp_path / "full"
+    run_dir.mkdir()
+    log = runs.MetricsLog(run_dir)
+    log.write({"event": "start", "step": 0, "message": "training 376 steps on cpu:0"})
+    runs.write_json_atomic(run_dir / "status.json", {"state": "running", "pid": os.getpid(), "step": 60,
+                                                     "total_steps": 376, "time": time.time()})
+    assert jobs.job_progress(run_dir).state == "died"  # gone, and its log does not say why
+    time.sleep(0.01)
+    log.write({"event": "failed", "step": 80, "message": "cannot write status.json: No space left on device."})
+    log.close()
+    shown = jobs.job_progress(run_dir)
+    assert (shown.state, shown.step, shown.message) == (
+        "failed", 80, "cannot write status.json: No space left on device.")
+    assert jobs.run_state(run_dir) == "failed"  # the run pickers' label
+    # A failure logged before the status was written is an earlier process's: this one died.
+    runs.write_json_atomic(run_dir / "status.json", {"state": "starting", "pid": os.getpid(), "step": 80,
+                                                     "total_steps": 376, "time": time.time()})
+    assert jobs.job_progress(run_dir).state == "died" and jobs.run_state(run_dir) == "died"
+
+
+def test_a_full_runs_folder_is_a_plain_error_and_leaves_no_empty_run(tmp_path):
+    # Issue (QA): Start training on a full disk raised an OSError from opening train.log, and
+    # the page said only "Error"; an empty folder stayed behind.
+    with tmpfs(tmp_path / "disk", "size=64k,nr_inodes=16") as disk:
+        fill(disk)
+        with pytest.raises(DistcoreError, match=rf"^cannot write to the run directory {disk / 'new'}: "
+                                                "No space left on device\.$"):
+            jobs.start_training(disk, "new", ["--train-examples", "640"])
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+        for i in range(200):  # and the inodes: an automatic name's folder cannot be made either
+            with contextlib.suppress(OSError):
+                (disk / f"d{i}").mkdir()
+        with pytest.raises(DistcoreError, match=f"^cannot make a run folder in {disk}: No space left on device\\.$"):
+            runs.claim_new_name(disk)
+
+
+def fill(disk):
+    with open(disk / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"x" * 4096)
+
+
+def test_a_cli_call_killed_by_a_signal_says_so(monkeypatch):
+    # Issue (QA): an Evaluate whose process the OOM killer took said "distcore exited with code
+    # -9: I0000 ... oneDNN custom operations are on ...".
+    killed = "import os, signal, sys; print('I0000 00:00 port.cc:153] oneDNN', file=sys.stderr); os.kill(os.getpid(), 9)"
+    monkeypatch.setattr(jobs, "cli_command", lambda *args: [sys.executable, "-c", killed])
+    with pytest.raises(DistcoreError, match=r"^the distcore process was killed by SIGKILL \(out of memory\?\)$"):
+        jobs.run_cli_json(["evaluate"])
 
 
 def test_resume_needs_a_run(tmp_path):
