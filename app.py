@@ -568,7 +568,8 @@ def run_view(settings: AppSettings, name):
     text = status_md(p) + config_line(config)
     # The checkpoints on disk, not the log's: one deleted by hand is no longer there to restore.
     saved = [runs.checkpoint_step(c) for c in runs.list_checkpoints(run_dir)]
-    return (text, plots.loss_figure(metrics, saved), plots.epoch_figure(metrics, config.get("l2") or 0),
+    l2 = config.get("l2") or 0
+    return (text, plots.loss_figure(metrics, saved, l2), plots.epoch_figure(metrics, l2),
             log_text(run_dir, metrics))
 
 
@@ -595,7 +596,8 @@ def config_line(c: dict) -> str:
             f"{c.get('learning_rate')} · global batch {c.get('global_batch')} on {where_trained(c)} · "
             f"policy {str(c.get('policy')).upper()} · "
             f"input API {c.get('api')} · {c.get('train_examples')} training / "
-            f"{c.get('test_examples')} test examples · seed {c.get('seed')}")
+            f"{c.get('test_examples')} test examples · seed {c.get('seed')}"
+            + (f" · L2 weight {c.get('l2')} (in the loss)" if c.get("l2") else ""))
 
 
 def where_trained(c: dict) -> str:
@@ -621,7 +623,9 @@ def status_md(p: jobs.Progress) -> str:
             "It died before it saved its settings (config.json), so there is nothing to resume: start it "
             "again under the same name."))
     if p.checkpoints:
-        lines.append(f"Checkpoints: {', '.join(p.checkpoints[-5:])}")
+        shown_ones = ", ".join(p.checkpoints[-5:])
+        lines.append(f"Checkpoints: {shown_ones}" if len(p.checkpoints) <= 5 else
+                     f"Checkpoints ({len(p.checkpoints)}, the newest 5 here; all in 3 · Evaluate): {shown_ones}")
     return "\n\n".join(lines)
 
 

@@ -374,11 +374,30 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
         examples_per_sec=live.get("examples_per_sec") if active and state in runs.ACTIVE_STATES
         else steady_speed(metrics),
         eta_seconds=live.get("eta_seconds") if active else None,
-        message=str(status.get("message") or ""),
+        message=str(status.get("message") or "") or stalled_note(run_dir, status if active else {}),
         log_lines=tuple(events[-n_log:] + logs),
         checkpoints=tuple(runs.list_checkpoints(run_dir)),
         has_config=(run_dir / "config.json").is_file(),
     )
+
+
+STALLED_SECONDS = 120  # with no new status for this long (or 5 loops, if longer), say so
+
+
+def stalled_note(run_dir: Path, status: dict, now: float | None = None) -> str:
+    """A note for a training process that has written no status for a long time: a hung one
+    read "running · ETA 5s" for good, and Stop answered "Stopping" each time, to no effect."""
+    if status.get("state") != "running" or not status.get("time"):
+        return ""
+    config, speed = runs.read_json(run_dir / "config.json") or {}, status.get("examples_per_sec")
+    loop = (config.get("steps_per_loop", 0) * config.get("global_batch", 0) / speed) if speed else 0
+    quiet = (time.time() if now is None else now) - status["time"]
+    if quiet < max(STALLED_SECONDS, 5 * loop):
+        return ""
+    since = time.strftime("%H:%M:%S", time.localtime(status["time"]))
+    return (f"No progress since {since} ({quiet:.0f} s): its process ({status.get('pid')}) may be stuck. Stop asks "
+            "it to stop at the end of its loop; if it does not, end the process (`kill -9`), then Resume from "
+            "the newest checkpoint.")
 
 
 def steady_speed(metrics: list[dict]) -> float | None:

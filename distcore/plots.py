@@ -234,9 +234,9 @@ def _empty_note(fig: go.Figure, text: str, panels: int = 1) -> go.Figure:
     return fig
 
 
-def loss_figure(metrics: list[dict], saved: list[int] | None = None) -> go.Figure:
+def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float = 0) -> go.Figure:
     """Training loss per step, with checkpoints marked: the steps in `saved` (those on disk),
-    else the checkpoint records in the metrics."""
+    else the checkpoint records in the metrics. With an `l2` weight the loss includes its penalty."""
     steps = step_records(metrics)
     x, y, per_point = binned_losses(steps)
     fig = go.Figure(go.Scatter(
@@ -255,8 +255,9 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None) -> go.Figur
         ["dotted lines: checkpoints"] if saved else [])  # (they have no legend)
     note = {"subtitle": {"text": " · ".join(notes)}} if notes else {}
     # No legend: the title names the one line, and beside it the legend took 40% of a phone's width.
-    fig.update_layout(title={"text": "Training loss per step", **note, **BELOW_TOOLBAR}, xaxis_title="step",
-                      yaxis_title="loss", showlegend=False,
+    fig.update_layout(title={"text": "Training loss per step" + (" (+ L2 penalty)" if l2 else ""), **note,
+                             **BELOW_TOOLBAR}, xaxis_title="step",
+                      yaxis_title="loss + L2 penalty" if l2 else "loss", showlegend=False,
                       yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
                       height=350, margin={"l": 10, "r": 10, "t": 90, "b": 10})
     return fig if steps else _empty_note(fig, "no steps yet")

@@ -356,6 +356,19 @@ def test_setup_line_names_the_worker_processes():
     line = app.config_line({"model": "cnn", "global_batch": 64, "devices": ["cpu:0"], "workers": 2})
     assert "global batch 64 on 2 worker processes (cpu:0 each)" in line
     assert "global batch 64 on cpu:0, cpu:1 ·" in app.config_line({"global_batch": 64, "devices": ["cpu:0", "cpu:1"]})
+    # An L2 weight is in every step's loss (4.14 at step 1 against 2.30): the line said nothing of it.
+    assert app.config_line({"seed": 0, "l2": 0.01}).endswith("seed 0 · L2 weight 0.01 (in the loss)")
+    assert app.config_line({"seed": 0, "l2": 0}).endswith("seed 0")
+
+
+def test_the_checkpoints_line_says_it_shows_the_newest_five_of_more():
+    progress = jobs.Progress(name="r", state="finished", active=False, step=14, total_steps=14, epoch=1,
+                             examples_per_sec=None, eta_seconds=None, message="", log_lines=(),
+                             checkpoints=tuple(f"ckpt-{i}" for i in range(1, 15)))
+    assert "Checkpoints (14, the newest 5 here; all in 3 · Evaluate): ckpt-10, ckpt-11, ckpt-12, ckpt-13, ckpt-14" in (
+        app.status_md(progress))
+    five = app.status_md(jobs.Progress(**{**progress.__dict__, "checkpoints": progress.checkpoints[:5]}))
+    assert "Checkpoints: ckpt-1, ckpt-2, ckpt-3, ckpt-4, ckpt-5" in five
 
 
 def test_fashion_rows_are_shown_in_the_order_training_reads_them(settings, planner):

@@ -5,6 +5,7 @@ Real TensorFlow in subprocesses, on short trainings over real Fashion-MNIST.
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -227,6 +228,27 @@ def test_stop_right_after_start_still_stops_cleanly(tmp_path):
     assert jobs.job_progress(run_dir).state == "stopped"
     if runs.read_status(run_dir)["message"] == stopping.BEFORE_TRAINING:  # the log says so too
         assert "stopped before training began: nothing to save." in (run_dir / jobs.LOG_FILE).read_text()
+
+
+def test_a_training_process_that_makes_no_progress_is_named_as_stuck(tmp_path, monkeypatch):
+    # Issue (QA): a hung process read "running · ETA 5s" for good, and Stop said "Stopping"
+    # each time, to no effect.
+    run_dir = tmp_path / "hung"
+    pid = jobs.start_training(tmp_path, "hung", LONG)
+    assert wait_for(lambda: jobs.job_progress(run_dir).state == "running", timeout=120)
+    assert jobs.job_progress(run_dir).message == ""
+    os.kill(pid, signal.SIGSTOP)  # as a hang: no step, no status
+    try:
+        monkeypatch.setattr(jobs, "STALLED_SECONDS", 1)
+        time.sleep(1.5)
+        status = runs.read_status(run_dir)
+        note = jobs.job_progress(run_dir).message
+        assert note.startswith(f"No progress since {time.strftime('%H:%M:%S', time.localtime(status['time']))} (")
+        assert f"its process ({pid}) may be stuck" in note
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert jobs.stop_training(run_dir) and jobs.wait_until_done(run_dir, timeout=120)
+    assert jobs.job_progress(run_dir).message == ""  # a final state's own message
 
 
 # Two worker processes of one MultiWorkerMirroredStrategy, 400 steps: long enough to stop part-way.

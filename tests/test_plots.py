@@ -116,6 +116,13 @@ def test_loss_figure_one_point_per_step_latest_wins():
     assert list(trace.y) == [2.3, 2.05, 1.9]
 
 
+def test_the_loss_plot_of_a_run_with_an_l2_weight_says_the_penalty_is_in_it():
+    fig = plots.loss_figure(METRICS, l2=0.01)
+    assert fig.layout.title.text == "Training loss per step (+ L2 penalty)"
+    assert fig.layout.yaxis.title.text == "loss + L2 penalty"
+    assert plots.loss_figure(METRICS).layout.title.text == "Training loss per step"
+
+
 def test_checkpoints_are_one_trace_however_many_there_are():
     # One add_vline per checkpoint took 38 s for 400 (a checkpoint every step), at every redraw.
     metrics = [{"step": s, "epoch": 1, "loss": 1.0} for s in range(1, 401)]
