@@ -9,6 +9,7 @@ No module-level mutable state: the Planner is an object its owner creates.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -205,6 +206,29 @@ def start_training(runs_root, name: str, options: dict | list | None = None,
     processes of one MultiWorkerMirroredStrategy, the chief writing the run directory.
     """
     run_dir = runs.safe_run_dir(runs_root, name)
+    with launching(runs_root):
+        return launch(run_dir, name, options, resume, workers)
+
+
+@contextlib.contextmanager
+def launching(runs_root):
+    """One launch at a time in a runs folder, across processes: two apps on one folder both
+    said "Started" for one run, each with a process of its own (QA), as both checked before
+    either launched. Held from the checks until the new process shows (a few ms)."""
+    try:
+        fd = os.open(Path(runs_root) / ".launching", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:  # an unwritable runs folder: the launch itself says so
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):  # (ENOLCK: no locks on this filesystem)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def launch(run_dir: Path, name: str, options, resume: bool, workers: int) -> int:
     refuse_if_busy(run_dir, name)
     if resume and not (run_dir / "config.json").is_file():  # no checkpoint yet is fine: it starts from 0
         raise DistcoreError(f"run {name!r} was never started, so there is nothing to resume")

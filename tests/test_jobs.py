@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -190,7 +191,7 @@ def test_a_full_runs_folder_is_a_plain_error_and_leaves_no_empty_run(tmp_path):
         with pytest.raises(DistcoreError, match=rf"^cannot write to the run directory {disk / 'new'}: "
                                                 "No space left on device\.$"):
             jobs.start_training(disk, "new", ["--train-examples", "640"])
-        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+        assert not (disk / "new").exists()
         for i in range(200):  # and the inodes: an automatic name's folder cannot be made either
             with contextlib.suppress(OSError):
                 (disk / f"d{i}").mkdir()
@@ -211,6 +212,29 @@ def test_a_cli_call_killed_by_a_signal_says_so(monkeypatch):
     monkeypatch.setattr(jobs, "cli_command", lambda *args: [sys.executable, "-c", killed])
     with pytest.raises(DistcoreError, match=r"^the distcore process was killed by SIGKILL \(out of memory\?\)$"):
         jobs.run_cli_json(["evaluate"])
+
+
+def test_two_launches_of_one_run_at_once_start_one_process(tmp_path):
+    # Issue (QA): two apps on one runs folder both said "Started" for one run, each with a
+    # process of its own; the second failed on the run's lock, saying so only in train.log.
+    barrier, outcomes = threading.Barrier(2), []
+
+    def start():
+        barrier.wait()
+        try:
+            outcomes.append(jobs.start_training(tmp_path, "twice", SHORT))
+        except DistcoreError as err:
+            outcomes.append(str(err))
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(map(type, outcomes), key=str) == [int, str], outcomes
+    assert next(o for o in outcomes if isinstance(o, str)) == "run 'twice' is already training"
+    assert jobs.wait_until_done(tmp_path / "twice", timeout=300)
+    assert jobs.job_progress(tmp_path / "twice").state == "finished"
 
 
 def test_resume_needs_a_run(tmp_path):
