@@ -62,6 +62,7 @@ def file_error(err: BaseException) -> str:
         return err.strerror or str(err)
     text = re.sub(r"\{\{function_node [^}]*\}\}", "", getattr(err, "message", None) or str(err))
     text = re.sub(r"\s*\[Op:[^\]]*\].*", "", text, flags=re.S).strip()
+    text = text.splitlines()[0] if text else ""  # a summary writer adds "\tFailed to flush 11 events to ..."
     return text.rsplit("; ", 1)[-1].strip() or type(err).__name__  # TensorFlow writes "path; reason"
 
 

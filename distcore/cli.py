@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 from . import cluster, jobs, runs, stopping
 from .config import (APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, UnevenBatch,
@@ -411,8 +412,13 @@ def cmd_cluster(args) -> int:
         stop.refused(str(err), args.resume)  # as `train` does
         raise
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
+    launched = time.time()
     outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
                              gpus_per_worker=per_worker if gpus else 0)
+    if not args.json:  # the chief's notes went to its log, as its stderr does
+        for record in runs.read_metrics(args.run_dir):
+            if record.get("time", 0) >= launched:
+                show_record(None, record)
     if outcome.failed is not None:
         runs.record_failure(args.run_dir, outcome.message)
         saved = runs.list_checkpoints(args.run_dir)

@@ -310,7 +310,8 @@ class Controller:
             raise
         finally:
             self.metrics.close()
-            self.writer.close()
+            with contextlib.suppress(tf.errors.OpError):  # its last flush fails again on a full disk
+                self.writer.close()
             self.close()
 
     def start_event(self, step: int, total: int) -> tuple[str, str]:
@@ -392,7 +393,7 @@ class Controller:
         """Step records; `elapsed` None for a chunk that traced, whose 7-30 examples/s said
         nothing of the speed (in metrics.jsonl, the CSV export and TensorBoard alike)."""
         speed = {} if elapsed is None else {"examples_per_sec": round(float(counts.sum() / elapsed), 1)}
-        with self.writer.as_default():
+        with events.summaries(self.writer, self.write_dir / "logs"):
             for i, (loss, count) in enumerate(zip(losses, counts)):
                 step = first_step + i + 1
                 self.emit({"step": step, "epoch": epoch, "loss": float(loss), "examples": int(count), **speed})
@@ -406,7 +407,7 @@ class Controller:
         record = {"epoch": epoch, "step": step, "train_loss": train_loss, "train_accuracy": train_accuracy,
                   "test_loss": test_loss, "test_accuracy": test_accuracy}
         self.emit(record)
-        with self.writer.as_default():
+        with events.summaries(self.writer, self.write_dir / "logs"):
             for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
                 tf.summary.scalar(f"epoch/{key}", record[key], step=step)
         self.save_checkpoint(step, tested=(test_loss, test_accuracy))

@@ -9,6 +9,7 @@ API has no way to write.)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from pathlib import Path
@@ -24,6 +25,17 @@ def writer(folder: Path):
     made read-only) is the user's to fix, as for checkpoints/: an error, not a traceback."""
     try:
         return tf.summary.create_file_writer(str(folder))
+    except tf.errors.OpError as err:
+        raise DistcoreError(f"cannot write TensorBoard logs in {folder}: {checkpoints.file_error(err)}.") from None
+
+
+@contextlib.contextmanager
+def summaries(writer, folder: Path):
+    """Write summaries with `writer`; one that cannot write its file (a full disk) fails the
+    run with the folder named, as a checkpoint does, not with TensorFlow's traceback."""
+    try:
+        with writer.as_default():
+            yield
     except tf.errors.OpError as err:
         raise DistcoreError(f"cannot write TensorBoard logs in {folder}: {checkpoints.file_error(err)}.") from None
 

@@ -380,7 +380,7 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
     metrics = runs.read_metrics(run_dir) if metrics is None else metrics
     state = run_state(run_dir, status, metrics)
     if state in FINAL_EVENTS and status.get("state") in runs.ACTIVE_STATES:  # ended as its log says
-        ended = logged_end(status, metrics)
+        ended = logged_end(run_dir, status, metrics)
         status = {**status, "step": ended["step"], "message": ended.get("message", "")}
     live = status if state == "running" else {}
     last_step = next((m for m in reversed(metrics) if "loss" in m and "event" not in m), {})
@@ -443,24 +443,33 @@ def run_state(run_dir, status: dict | None = None, metrics: list | None = None) 
     state = status.get("state")
     if state and state not in ACTIVE_STATES:
         return state
-    if is_active(Path(run_dir)):
-        return state or "starting"
+    if is_active(Path(run_dir)):  # a status of a process now gone is the one before a resume's
+        return state if state and runs.pid_alive(status.get("pid")) else "starting"
     if not state:
         return "unknown"
-    ended = logged_end(status, runs.read_metrics(run_dir) if metrics is None else metrics)
+    ended = logged_end(run_dir, status, runs.read_metrics(run_dir) if metrics is None else metrics)
     return ended["event"] if ended else "died"
 
 
 FINAL_EVENTS = ("finished", "stopped", "failed")
 
 
-def logged_end(status: dict, metrics: list[dict]) -> dict | None:
-    """The log's last event if it ends the run and came after the status was written: a
-    process that could not write status.json (disk full, its folder read-only or moved)
-    logged why it failed, and the run read "died ... (killed, or a crash)" at an old step."""
+def logged_end(run_dir: Path, status: dict, metrics: list[dict]) -> dict | None:
+    """How a run ended, from its logs, when its process could not write status.json (disk
+    full, its folder read-only or moved): the run read "died ... (killed, or a crash)" at an
+    old step. The metrics' last event if it ends the run, else, when metrics.jsonl could not
+    be written either, the `error:` line the process ended train.log with (the app's runs);
+    either only if written after the status."""
+    since = status.get("time", float("inf"))
     last = next((m for m in reversed(metrics) if "event" in m), None)
-    if last and last["event"] in FINAL_EVENTS and last.get("time", 0) >= status.get("time", float("inf")):
+    if last and last["event"] in FINAL_EVENTS and last.get("time", 0) >= since:
         return last
+    log = Path(run_dir) / LOG_FILE
+    lines = tail_lines(log, 1)
+    with contextlib.suppress(OSError):
+        if lines and lines[-1].startswith("error: ") and log.stat().st_mtime >= since:
+            step = max([status.get("step") or 0] + [m["step"] for m in metrics if "loss" in m and "step" in m])
+            return {"event": "failed", "step": step, "message": lines[-1][len("error: "):]}
     return None
 
 

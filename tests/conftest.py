@@ -94,3 +94,10 @@ def tmpfs(mount, options):
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)])
+
+
+def fill_disk(mount):
+    """Fill the filesystem at `mount` with one file, to its last block."""
+    with open(mount / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"x" * 4096)

@@ -302,5 +302,8 @@ def test_a_resume_says_when_it_reads_the_data_from_elsewhere_than_the_runs_folde
         "--test-examples", "200", "--max-steps", "2", check=True)
     shutil.rmtree(theirs)
     result = cli("train", "--run-dir", str(run_dir), "--resume", "--max-steps", "4", check=True)
-    assert f"note: the run's data folder {theirs} (its data_dir in {run_dir / 'config.json'}) lacks " in result.stderr
+    note = f"note: the run's data folder {theirs} (its data_dir in {run_dir / 'config.json'}) lacks "
+    assert note in result.stderr
     assert result.stdout.strip().endswith(f"finished at step 4 of 4; run directory: {run_dir}")
+    result = cli("cluster", "--workers", "2", "--run-dir", str(run_dir), "--resume", "--max-steps", "6", check=True)
+    assert result.stderr.count(note) == 1 and "2 workers finished" in result.stdout  # (the launcher said nothing)

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
+from conftest import fill_disk, tmpfs
 from distcore import events
 from distcore.config import DistcoreError
 
@@ -59,3 +60,17 @@ def test_logs_it_cannot_rewrite_are_a_clear_error(tmp_path):
     with pytest.raises(DistcoreError, match="cannot write TensorBoard logs in .*: "):
         events.roll_back(tmp_path, 3)
     assert tensorboard_steps(tmp_path, "train/loss") == [1, 2, 3, 4, 5]  # left as it was
+
+
+def test_summaries_that_cannot_be_written_are_a_plain_error(tmp_path):
+    # Issue (QA): on a full disk the writer's flush ended training with TensorFlow's
+    # ResourceExhaustedError traceback (exit 1), and the run read "died".
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        writer = events.writer(disk / "logs")
+        fill_disk(disk)
+        with pytest.raises(DistcoreError, match=rf"^cannot write TensorBoard logs in {disk / 'logs'}: "
+                                                "No space left on device\\.$"):
+            with events.summaries(writer, disk / "logs"):
+                for step in range(100):
+                    tf.summary.scalar("train/loss", 1.0, step=step)
+                writer.flush()

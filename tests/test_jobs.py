@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import tmpfs, wait_for
+from conftest import fill_disk, tmpfs, wait_for
 from distcore import jobs, runs, stopping
 from distcore.config import DistcoreError
 
@@ -181,13 +181,23 @@ def test_a_run_that_could_not_write_its_status_shows_the_failure_its_log_holds(t
     runs.write_json_atomic(run_dir / "status.json", {"state": "starting", "pid": os.getpid(), "step": 80,
                                                      "total_steps": 376, "time": time.time()})
     assert jobs.job_progress(run_dir).state == "died" and jobs.run_state(run_dir) == "died"
+    # When metrics.jsonl could not be written either (retest QA: 5 of 12 full disks), the
+    # error: line the process ended train.log with says why.
+    with open(run_dir / "metrics.jsonl", "a") as log:
+        log.write(json.dumps({"step": 81, "epoch": 1, "loss": 0.5, "examples": 64}) + "\n{\"step\": 8")  # torn
+    time.sleep(0.05)  # (a file's time comes from a coarser clock than time.time())
+    (run_dir / jobs.LOG_FILE).write_text("$ distcore train ...\nerror: cannot write metrics.jsonl: No space left.\n"
+                                        "I0000 00:00:1795527809 port.cc:153] oneDNN custom operations are on.\n")
+    shown = jobs.job_progress(run_dir)
+    assert (shown.state, shown.step, shown.message) == ("failed", 81, "cannot write metrics.jsonl: No space left.")
+    assert jobs.run_state(run_dir) == "failed"
 
 
 def test_a_full_runs_folder_is_a_plain_error_and_leaves_no_empty_run(tmp_path):
     # Issue (QA): Start training on a full disk raised an OSError from opening train.log, and
     # the page said only "Error"; an empty folder stayed behind.
     with tmpfs(tmp_path / "disk", "size=64k,nr_inodes=16") as disk:
-        fill(disk)
+        fill_disk(disk)
         with pytest.raises(DistcoreError, match=rf"^cannot write to the run directory {disk / 'new'}: "
                                                 "No space left on device\.$"):
             jobs.start_training(disk, "new", ["--train-examples", "640"])
@@ -197,12 +207,6 @@ def test_a_full_runs_folder_is_a_plain_error_and_leaves_no_empty_run(tmp_path):
                 (disk / f"d{i}").mkdir()
         with pytest.raises(DistcoreError, match=f"^cannot make a run folder in {disk}: No space left on device\\.$"):
             runs.claim_new_name(disk)
-
-
-def fill(disk):
-    with open(disk / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
-        while True:
-            f.write(b"x" * 4096)
 
 
 def test_a_cli_call_killed_by_a_signal_says_so(monkeypatch):
@@ -252,6 +256,29 @@ def test_stop_right_after_start_still_stops_cleanly(tmp_path):
     assert jobs.job_progress(run_dir).state == "stopped"
     if runs.read_status(run_dir)["message"] == stopping.BEFORE_TRAINING:  # the log says so too
         assert "stopped before training began: nothing to save." in (run_dir / jobs.LOG_FILE).read_text()
+
+
+def test_right_after_a_resume_the_previous_processs_status_is_not_shown_as_live(tmp_path):
+    # Issue (QA): a run whose failure only its log held showed, at the first poll after Resume,
+    # "running · step 200 / 564 · 5,599 examples/s · ETA 9s": the old process's status.
+    run_dir = tmp_path / "again"
+    run_dir.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    runs.write_json_atomic(run_dir / "status.json", {"state": "running", "pid": int(gone), "step": 200,
+                                                     "total_steps": 564, "examples_per_sec": 5599.0,
+                                                     "eta_seconds": 9.0, "time": time.time()})
+    resumed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", "train",
+                                "--run-dir", str(run_dir), "--resume"])  # a stand-in, setting up
+    try:
+        assert wait_for(lambda: "train" in jobs.pid_cmdline(resumed.pid), timeout=10)
+        (run_dir / jobs.JOB_FILE).write_text(json.dumps({"pid": resumed.pid, "resume": True}))
+        shown = jobs.job_progress(run_dir)
+        assert (shown.state, shown.active, shown.examples_per_sec, shown.eta_seconds) == ("starting", True, None, None)
+        assert jobs.run_state(run_dir) == "starting"
+    finally:
+        resumed.kill()
+        resumed.wait()
 
 
 def test_a_training_process_that_makes_no_progress_is_named_as_stuck(tmp_path, monkeypatch):
