@@ -529,7 +529,16 @@ def run_dropdown(settings: AppSettings, value=None):
     names = [n for _, n in labels]
     if value not in names:
         value = names[0] if names else None
-    return gr.update(choices=labels, value=value)
+    return gr.update(choices=labels, value=value, info=unlisted_note(settings))
+
+
+def unlisted_note(settings: AppSettings) -> str:
+    unlisted = jobs.unlisted_runs(settings.runs_root)
+    if not unlisted:
+        return ""
+    shown = ", ".join(repr(name) for name in unlisted[:3]) + (f" and {len(unlisted) - 3} more" if len(unlisted) > 3 else "")
+    return (f"Not listed: {shown} in the runs folder. Run names take 1-100 ASCII letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit: rename the folder, then ↻ Refresh runs.")
 
 
 def list_run_names(settings: AppSettings) -> list[str]:
@@ -941,7 +950,7 @@ def _on_load(settings: AppSettings, kept=None):
     one (or a second browser) the running job, if any (default_run)."""
     labels = run_labels(settings)  # listed once, for both pickers (each label reads a status.json)
     follow = kept if kept in [name for _, name in labels] else default_run(settings, labels)
-    pickers = gr.update(choices=labels, value=follow)
+    pickers = gr.update(choices=labels, value=follow, info=unlisted_note(settings))
     return pickers, pickers, checkpoint_dropdown(settings, follow)
 
 

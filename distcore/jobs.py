@@ -166,6 +166,16 @@ def is_active(run_dir: Path) -> bool:
     return job_pid(run_dir) is not None
 
 
+def unlisted_runs(runs_root) -> list[str]:
+    """Folders in the root that hold a run (a config.json) under a name the app does not
+    take (a copy named "my run (copy)"): never listed, they were passed over without a word."""
+    root = Path(runs_root)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink()
+                  and not runs.NAME.match(p.name) and (p / "config.json").is_file())
+
+
 def run_dirs(runs_root) -> list[Path]:
     """Run directories under the root, including ones still starting (no config.json yet)."""
     root = Path(runs_root)

@@ -799,3 +799,19 @@ def test_a_polling_page_keeps_no_more_components_than_the_app_has(tmp_path, plan
         assert [len(s.blocks_config.blocks) for s in sessions] == [len(demo.blocks)]
     finally:
         demo.close()
+
+
+def test_a_run_folder_under_a_name_the_app_does_not_take_is_named_not_passed_over(settings):
+    # Issue: a run copied as "my run (copy)" was never listed, and nothing said why.
+    saved_run(settings.runs_root, "kept", 10, devices=("cpu:0",))
+    saved_run(settings.runs_root, "my run (copy)", 10, devices=("cpu:0",))
+    (settings.runs_root / "not a run").mkdir()  # no config.json: not a run, not named
+    assert app._on_load(settings)[0]["info"] == app.run_dropdown(settings)["info"]  # (a page opened)
+    update = app.run_dropdown(settings)
+    assert [name for _, name in update["choices"]] == ["kept"]
+    assert update["info"] == ("Not listed: 'my run (copy)' in the runs folder. Run names take 1-100 ASCII letters, "
+                              "digits, '_', '.' or '-', starting with a letter or digit: rename the folder, then "
+                              "↻ Refresh runs.")
+    (settings.runs_root / "my run (copy)").rename(settings.runs_root / "my-run-copy")
+    update = app.run_dropdown(settings)
+    assert sorted(name for _, name in update["choices"]) == ["kept", "my-run-copy"] and update["info"] == ""
