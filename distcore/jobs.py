@@ -389,7 +389,7 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
     active = is_active(run_dir)
     metrics = runs.read_metrics(run_dir) if metrics is None else metrics
     state = run_state(run_dir, status, metrics)
-    if state in FINAL_EVENTS and status.get("state") in runs.ACTIVE_STATES:  # ended as its log says
+    if state in FINAL_EVENTS and status.get("state") in (*runs.ACTIVE_STATES, None):  # ended as its log says
         ended = logged_end(run_dir, status, metrics)
         status = {**status, "step": ended["step"], "message": ended.get("message", "")}
     live = status if state == "running" else {}
@@ -455,10 +455,8 @@ def run_state(run_dir, status: dict | None = None, metrics: list | None = None) 
         return state
     if is_active(Path(run_dir)):  # a status of a process now gone is the one before a resume's
         return state if state and runs.pid_alive(status.get("pid")) else "starting"
-    if not state:
-        return "unknown"
     ended = logged_end(run_dir, status, runs.read_metrics(run_dir) if metrics is None else metrics)
-    return ended["event"] if ended else "died"
+    return ended["event"] if ended else "died" if state else "unknown"
 
 
 FINAL_EVENTS = ("finished", "stopped", "failed")
@@ -469,8 +467,8 @@ def logged_end(run_dir: Path, status: dict, metrics: list[dict]) -> dict | None:
     full, its folder read-only or moved): the run read "died ... (killed, or a crash)" at an
     old step. The metrics' last event if it ends the run, else, when metrics.jsonl could not
     be written either, the `error:` line the process ended train.log with (the app's runs);
-    either only if written after the status."""
-    since = status.get("time", float("inf"))
+    either only if written after the status (any, when status.json is missing or damaged)."""
+    since = status.get("time", float("inf")) if status else 0
     last = next((m for m in reversed(metrics) if "event" in m), None)
     if last and last["event"] in FINAL_EVENTS and last.get("time", 0) >= since:
         return last

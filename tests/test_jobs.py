@@ -191,6 +191,15 @@ def test_a_run_that_could_not_write_its_status_shows_the_failure_its_log_holds(t
     shown = jobs.job_progress(run_dir)
     assert (shown.state, shown.step, shown.message) == ("failed", 81, "cannot write metrics.jsonl: No space left.")
     assert jobs.run_state(run_dir) == "failed"
+    # A damaged status.json (cut short by hand) read "unknown": the logs still say how it ended.
+    (run_dir / "status.json").write_text('{"state": "runn')
+    assert (jobs.run_state(run_dir), jobs.job_progress(run_dir).message) == (  # the metrics' last event
+        "failed", "cannot write status.json: No space left on device.")
+    (run_dir / "metrics.jsonl").unlink()
+    assert (jobs.run_state(run_dir), jobs.job_progress(run_dir).message) == (  # train.log's error: line
+        "failed", "cannot write metrics.jsonl: No space left.")
+    (run_dir / jobs.LOG_FILE).unlink()
+    assert jobs.run_state(run_dir) == "unknown"
 
 
 def test_a_full_runs_folder_is_a_plain_error_and_leaves_no_empty_run(tmp_path):
