@@ -126,7 +126,8 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=N
     colleague could not be evaluated or resumed in the app, which has no data folder field.)
     """
     if saved_in and data_dir and not has_files(Path(data_dir).expanduser()):
-        lacking = f"the run's data folder {data_dir} (its data_dir in {saved_in}) lacks {missing_files(Path(data_dir))}"
+        lacking = (f"the run's data folder {data_dir} (its data_dir in {saved_in}) lacks "
+                   f"{missing_files(Path(data_dir).expanduser())}")
         try:
             found = locate(None, download)
         except DistcoreError as err:

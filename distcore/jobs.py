@@ -166,23 +166,22 @@ def is_active(run_dir: Path) -> bool:
     return job_pid(run_dir) is not None
 
 
+def folders(runs_root) -> list[Path]:
+    """The folders in the runs root (not the symlinks: a run is never outside it)."""
+    root = Path(runs_root)
+    return [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()] if root.is_dir() else []
+
+
 def unlisted_runs(runs_root) -> list[str]:
     """Folders in the root that hold a run (a config.json) under a name the app does not
     take (a copy named "my run (copy)"): never listed, they were passed over without a word."""
-    root = Path(runs_root)
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink()
-                  and not runs.NAME.match(p.name) and (p / "config.json").is_file())
+    return sorted(p.name for p in folders(runs_root) if not runs.NAME.match(p.name) and (p / "config.json").is_file())
 
 
 def run_dirs(runs_root) -> list[Path]:
     """Run directories under the root, including ones still starting (no config.json yet)."""
-    root = Path(runs_root)
-    if not root.is_dir():
-        return []
-    return [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()
-            and runs.NAME.match(p.name) and ((p / JOB_FILE).is_file() or (p / "config.json").is_file())]
+    return [p for p in folders(runs_root)
+            if runs.NAME.match(p.name) and ((p / JOB_FILE).is_file() or (p / "config.json").is_file())]
 
 
 def newest_first(paths: list[Path]) -> list[Path]:
@@ -388,9 +387,8 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
     status = runs.read_status(run_dir) or {}
     active = is_active(run_dir)
     metrics = runs.read_metrics(run_dir) if metrics is None else metrics
-    state = run_state(run_dir, status, metrics)
-    if state in FINAL_EVENTS and status.get("state") in (*runs.ACTIVE_STATES, None):  # ended as its log says
-        ended = logged_end(run_dir, status, metrics)
+    state, ended = state_and_end(run_dir, status, metrics)
+    if ended:  # ended as its logs say, not as its status does
         status = {**status, "step": ended["step"], "message": ended.get("message", "")}
     live = status if state == "running" else {}
     last_step = next((m for m in reversed(metrics) if "loss" in m and "event" not in m), {})
@@ -450,13 +448,18 @@ def run_state(run_dir, status: dict | None = None, metrics: list | None = None) 
     Only such a state costs a look at the process, so the run pickers can label every run
     each tick."""
     status = (runs.read_status(run_dir) or {}) if status is None else status
+    return state_and_end(run_dir, status, metrics)[0]
+
+
+def state_and_end(run_dir, status: dict, metrics: list | None = None) -> tuple[str, dict | None]:
+    """run_state's state, and the logged end it was read from (logged_end), if it was."""
     state = status.get("state")
     if state and state not in ACTIVE_STATES:
-        return state
+        return state, None
     if is_active(Path(run_dir)):  # a status of a process now gone is the one before a resume's
-        return state if state and runs.pid_alive(status.get("pid")) else "starting"
+        return (state if state and runs.pid_alive(status.get("pid")) else "starting"), None
     ended = logged_end(run_dir, status, runs.read_metrics(run_dir) if metrics is None else metrics)
-    return ended["event"] if ended else "died" if state else "unknown"
+    return (ended["event"] if ended else "died" if state else "unknown"), ended
 
 
 FINAL_EVENTS = ("finished", "stopped", "failed")
