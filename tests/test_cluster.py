@@ -171,9 +171,8 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
             break
     killed_at = time.monotonic()
     os.kill(worker_pid(proc.pid, 1), signal.SIGKILL)
-    proc.stdout.read()
-    stderr = proc.stderr.read()
-    assert proc.wait(timeout=60) == 2
+    code, stderr = finish(proc, timeout=60)
+    assert code == 2
     assert time.monotonic() - killed_at < cluster.FAILURE_BOUND_SECONDS
     assert "worker 1 was killed by SIGKILL" in stderr and "--resume" in stderr
     status = runs.read_status(run_dir)
@@ -196,6 +195,19 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     assert evaluated["accuracy"] == final["test_accuracy"] and final["test_accuracy"] > 0.7
 
 
+def finish(proc, timeout):
+    """A launcher's exit status and stderr, once it ends. Reading its stdout to the end had no
+    bound: a launcher that hung (once, both workers idle at step 10 after a Ctrl-C) held the
+    suite for good. One still running after `timeout` is killed with its workers, and fails."""
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        pytest.fail(f"the launcher still ran {timeout} s later; its stderr ends: {stderr[-2000:]}")
+    return proc.returncode, stderr
+
+
 def wait_for_step(proc, step):
     for line in proc.stdout:
         record = json.loads(line)
@@ -209,8 +221,8 @@ def test_ctrl_c_stops_every_worker_at_one_step(tmp_path):
     proc = start_cluster(run_dir, tmp=tmp)
     wait_for_step(proc, 10)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does: the whole process group
-    proc.stdout.read()
-    assert proc.wait(timeout=120) == 0, proc.stderr.read()[-2000:]
+    code, stderr = finish(proc, timeout=120)
+    assert code == 0, stderr[-2000:]
     status = runs.read_status(run_dir)
     assert status["state"] == "stopped" and 10 <= status["step"] < 200
     assert runs.list_checkpoints(run_dir)[-1] == f"ckpt-{status['step']}"
