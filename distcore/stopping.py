@@ -36,7 +36,11 @@ AUTOGRAPH_MODULE_PREFIX = "__autograph_generated_file"
 
 class StopFlag:
     def __init__(self, run_dir=None, cluster: bool = False):
-        self._event = threading.Event()
+        # A plain attribute, not a threading.Event: it is set from signal handlers, and
+        # Event.set takes a lock. A Ctrl-C reaches a launched worker twice (from the terminal,
+        # and passed on by the launcher); the second handler ran while the first held that
+        # lock, and waited for it forever. Its peers waited in the next all-reduce.
+        self._requested = False
         self.run_dir = Path(run_dir) if run_dir else None
         # Set by the outer loop when the first step is about to run. A worker of a cluster
         # never leaves alone, not even before training: its peers may already wait for it
@@ -47,12 +51,12 @@ class StopFlag:
         self.announced_over = None  # the status announce() replaced, for withdraw()
 
     def set(self, *_):
-        self._event.set()
+        self._requested = True
         if not self.training and self.run_dir is not None:
             self.exit_before_training()
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._requested
 
     def install(self):
         for sig in STOPS:
@@ -111,7 +115,7 @@ class StopFlag:
         def interrupt(signum, frame):
             if self.is_set():
                 signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
-            self._event.set()
+            self._requested = True
             os.write(2, b"Stopping at the end of this loop, with a checkpoint; Ctrl-C again interrupts at once.\n")
 
         previous = signal.signal(signal.SIGINT, interrupt)
