@@ -229,6 +229,7 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
                 stdout = chief_stdout if index == 0 and chief_stdout is not None else out
                 procs.append(subprocess.Popen([sys.executable, "-m", "distcore", *worker_args], env=env,
                                               stdout=stdout, stderr=log, text=True))
+                (Path(scratch) / f"worker-{procs[-1].pid}.pid").touch()  # for launcher_scratch (a chief has no folder)
         outcome = watch(procs, log_dir, timeout)
     finally:
         stop_all(procs)  # nothing left to stop unless start-up or watching failed
@@ -247,10 +248,10 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
 def launcher_scratch() -> str:
     """A new folder for the workers' temporary folders (their TMPDIR). Those of launchers
     killed with SIGKILL, which cannot clean up, are removed first, once none of their
-    workers (each in a distcore-worker-PID-* folder there) is alive either: orphaned
-    workers go on training, and can still be stopped."""
+    workers (each named by a worker-PID.pid file there) is alive either: orphaned workers
+    go on training, and can still be stopped."""
     for old in Path(tempfile.gettempdir()).glob("distcore-workers-*-*"):
-        pids = [old.name.split("-")[2]] + [inner.name.split("-")[2] for inner in old.glob("distcore-worker-*-*")]
+        pids = [old.name.split("-")[2]] + [inner.stem.removeprefix("worker-") for inner in old.glob("worker-*.pid")]
         if all(pid.isdigit() and not runs.pid_alive(pid) for pid in pids):
             shutil.rmtree(old, ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"distcore-workers-{os.getpid()}-")

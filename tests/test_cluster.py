@@ -220,6 +220,8 @@ def test_ctrl_c_stops_every_worker_at_one_step(tmp_path):
     tmp.mkdir()
     proc = start_cluster(run_dir, tmp=tmp)
     wait_for_step(proc, 10)
+    scratch, = tmp.glob("distcore-workers-*")  # names its workers, for launcher_scratch
+    assert sorted(p.name for p in scratch.glob("*.pid")) == sorted(f"worker-{worker_pid(proc.pid, i)}.pid" for i in (0, 1))
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does: the whole process group
     code, stderr = finish(proc, timeout=120)
     assert code == 0, stderr[-2000:]
@@ -514,8 +516,11 @@ def test_a_killed_launchers_scratch_folder_goes_once_its_workers_are_gone_too(tm
                           text=True, check=True).stdout.strip()  # a pid no longer alive
     orphaned, abandoned, own = (tmp_path / f"distcore-workers-{gone}-a", tmp_path / f"distcore-workers-{gone}-b",
                                 tmp_path / f"distcore-workers-{os.getpid()}-c")
-    (orphaned / f"distcore-worker-{os.getpid()}-x").mkdir(parents=True)  # its worker trains on
-    (abandoned / f"distcore-worker-{gone}-y").mkdir(parents=True)
+    orphaned.mkdir()  # its chief trains on: a chief makes no folder of its own in there
+    (orphaned / f"worker-{gone}.pid").touch()
+    (orphaned / f"worker-{os.getpid()}.pid").touch()
+    abandoned.mkdir()
+    (abandoned / f"worker-{gone}.pid").touch()
     own.mkdir()
     fresh = cluster.launcher_scratch()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([orphaned.name, own.name, os.path.basename(fresh)])
