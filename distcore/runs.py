@@ -75,16 +75,6 @@ def safe_run_dir(root, name) -> Path:
     return path
 
 
-def list_runs(root) -> list[str]:
-    """Run names under `root` (directories with a config.json), newest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    runs = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (p / "config.json").is_file()]
-    runs.sort(key=lambda p: (p / "config.json").stat().st_mtime, reverse=True)
-    return [p.name for p in runs if NAME.match(p.name)]
-
-
 def run_path(run_dir) -> Path:
     """A run directory as a user gave it, refused when empty (Path("") is the current folder),
     when a part of it is too long a name for the filesystem, or when it is a file."""
