@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -161,6 +162,31 @@ def device_names(args, default_replicas=2):
 
 def print_json(data) -> None:
     print(json.dumps(data), flush=True)
+
+
+def output_lost(err: OSError) -> bool:
+    """True, with stdout and stderr sent to /dev/null from now on, when `err` is a write to a
+    reader that left (`| head -3`) or to a terminal that closed: there is no one to tell."""
+    if not isinstance(err, BrokenPipeError) and err.errno != errno.EIO:
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
+    return True
+
+
+def keep_training(on_record, stop):
+    """`on_record` for a training run whose output may lose its reader: the run then stops
+    at the end of its loop, with a checkpoint, as for Ctrl-C. The error marked it failed at
+    once, with its status left "running" (the failure's own record hit the same pipe)."""
+    def guarded(record):
+        try:
+            on_record(record)
+        except OSError as err:
+            if not output_lost(err):
+                raise
+            stop.set()
+    return guarded
 
 
 def cmd_devices(args) -> int:
@@ -367,7 +393,7 @@ def cmd_train(args) -> int:
         from . import controller
 
         progress = None if args.json or not sys.stderr.isatty() else Progress(config.total_steps())
-        on_record = print_json if args.json else functools.partial(show_record, progress)
+        on_record = keep_training(print_json if args.json else functools.partial(show_record, progress), stop)
         trainer = controller.Controller(config, args.run_dir, resume=args.resume, stop=stop, on_record=on_record)
     except DistcoreError as err:
         stop.failed(str(err))
@@ -606,12 +632,20 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
     except KeyboardInterrupt:  # Ctrl-C where a command has no handling of its own (e.g. cluster's GPU count)
         print("stopped (Ctrl-C).", file=sys.stderr)
         code = 130
+    except OSError as err:
+        if not output_lost(err):
+            raise
+        code = 1  # (a reader that left, as `| head -3` does: no traceback)
+    if leave_at_once:  # the process ends now: nothing is left to stop. A stop that came while a
+        for sig in stopping.STOPS:  # cluster worker left the usual way (seconds) killed it, and
+            signal.signal(sig, signal.SIG_IGN)  # the launcher marked the finished run failed (QA)
     # A worker of a cluster leaves the usual way, so TensorFlow's coordination service sees it
     # go, unless it failed: with a peer gone, that way took another 2.3-10.9 s after the
     # failure was written (3 runs).
     if leave_at_once and (code != 0 or not getattr(args, "multi_worker", False)):
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError):  # (a reader that left)
+                stream.flush()
         stopping.remove_autograph_files()  # autograph removes them at exit, which os._exit skips
         os._exit(code)
     return code

@@ -29,12 +29,21 @@ LAUNCHED_ENV = "DISTCORE_LAUNCHED_WORKER"
 # the terminal, and through a wrapper script that passes signals on).
 SAME_REQUEST_SECONDS = 0.5
 BEFORE_TRAINING = "stopped before training began"
-STOPS = (signal.SIGTERM, signal.SIGINT)  # the stop requests: handled here, passed on by the cluster launcher
+# The stop requests: handled here, passed on by the cluster launcher. SIGHUP is a closed
+# terminal: it ended a run at once, with no checkpoint and its status left "running" (QA).
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # How autograph names the module of each function it converts (tensorflow/python/autograph/pyct/loader.py).
 AUTOGRAPH_MODULE_PREFIX = "__autograph_generated_file"
 
 
 class StopFlag:
+    """A request to stop training, checked by the Controller between loops of steps.
+
+    A library caller passes one to `Controller(..., stop=flag)` and calls `flag.set()`
+    from any thread. The CLI also `install`s it as the process's handler of STOPS, and
+    gives it the run directory, so a request before training ends the process at once.
+    """
+
     def __init__(self, run_dir=None, cluster: bool = False):
         # A plain attribute, not a threading.Event: it is set from signal handlers, and
         # Event.set takes a lock. A Ctrl-C reaches a launched worker twice (from the terminal,
@@ -50,7 +59,13 @@ class StopFlag:
         self.training = cluster
         self.announced_over = None  # the status announce() replaced, for withdraw()
 
-    def set(self, *_):
+    def set(self) -> None:
+        """Ask the training to stop at the end of its current loop, with a checkpoint (from
+        any thread). Before training begins, it stops there, at step 0."""
+        self._requested = True
+
+    def on_signal(self, *_) -> None:
+        """The handler `install` puts in place: before training, the process ends at once."""
         self._requested = True
         if not self.training and self.run_dir is not None:
             self.exit_before_training()
@@ -60,7 +75,7 @@ class StopFlag:
 
     def install(self):
         for sig in STOPS:
-            signal.signal(sig, self.set)
+            signal.signal(sig, self.on_signal)
         # The cluster launcher starts its workers with these blocked (cluster.held_stops): one
         # that came before this handler was in place is delivered to it now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)

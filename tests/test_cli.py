@@ -55,6 +55,44 @@ def test_replicas_are_refused_with_workers_and_the_message_says_what_to_use():
         "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs.")
 
 
+def start_train(run_dir, stdout=subprocess.PIPE):
+    args = ["train", "--run-dir", str(run_dir), "--replicas", "2", "--train-examples", "6400",
+            "--test-examples", "500", "--epochs", "3", "--steps-per-loop", "5", "--seed", "2", "--json"]
+    return subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=stdout,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def assert_stopped_with_a_checkpoint(run_dir):
+    status = runs.read_status(run_dir)
+    assert status["state"] == "stopped" and 5 <= status["step"] < 300
+    assert runs.list_checkpoints(run_dir)[-1] == f"ckpt-{status['step']}"
+    assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r][-1] == "stopped"
+
+
+def test_a_closed_terminal_sighup_stops_with_a_checkpoint(tmp_path):
+    # QA: SIGHUP ended the run at once: no checkpoint, its status left "running" ("died").
+    proc = start_train(tmp_path / "run")
+    for line in proc.stdout:
+        if json.loads(line).get("step", 0) >= 5:
+            break
+    proc.send_signal(signal.SIGHUP)
+    proc.stdout.close()  # the terminal is gone too
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert_stopped_with_a_checkpoint(tmp_path / "run")
+
+
+def test_a_reader_that_leaves_stops_training_with_a_checkpoint_and_no_traceback(tmp_path):
+    # QA: `train --json | head -3` ended with BrokenPipeError tracebacks, its status "running".
+    head = subprocess.Popen(["head", "-3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = start_train(tmp_path / "run", stdout=head.stdin)
+    head.stdin.close()  # head's, so the pipe breaks when head leaves
+    assert len(head.stdout.read().splitlines()) == 3
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
+    assert_stopped_with_a_checkpoint(tmp_path / "run")
+
+
 def test_devices_json():
     info = json.loads(cli("devices", "--json", check=True).stdout)
     assert info["tensorflow"].startswith("2.") and info["default"]

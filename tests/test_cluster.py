@@ -1,5 +1,6 @@
 """MultiWorkerMirroredStrategy with real worker processes on loopback ports."""
 
+import contextlib
 import json
 import os
 import shlex
@@ -230,6 +231,24 @@ def test_ctrl_c_stops_every_worker_at_one_step(tmp_path):
     assert runs.list_checkpoints(run_dir)[-1] == f"ckpt-{status['step']}"
     assert max(r["step"] for r in runs.read_metrics(run_dir) if "loss" in r) == status["step"]
     assert left_behind(tmp) == []
+
+
+def test_stops_that_come_after_the_run_finished_leave_it_finished(tmp_path):
+    # QA: a SIGTERM (the app's Stop) 0.5-2 s after "finished" killed worker 0 while it left,
+    # and the launcher marked the finished run failed.
+    run_dir = tmp_path / "run"
+    proc = start_cluster(run_dir, "--train-examples", "1280", "--epochs", "1")
+    for line in proc.stdout:
+        if json.loads(line).get("event") == "finished":
+            break
+    while proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # the launcher and its workers, again and again
+        time.sleep(0.05)
+    code, stderr = finish(proc, timeout=60)
+    assert code == 0, stderr[-2000:]
+    assert runs.read_status(run_dir)["state"] == "finished"
+    assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r][-1] == "finished"
 
 
 def test_a_stop_reaching_only_the_chief_during_start_up_stops_both(tmp_path):

@@ -14,7 +14,7 @@ SECOND_REQUEST_DURING_THE_FIRST = textwrap.dedent("""
     from distcore.stopping import StopFlag
 
     flag = StopFlag(cluster=True).install()  # a worker: the request only sets the flag
-    handler = StopFlag.set.__code__
+    handler = StopFlag.on_signal.__code__
 
     def in_handler(frame):
         while frame is not None and frame.f_code is not handler:
