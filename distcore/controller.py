@@ -17,7 +17,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from . import checkpoints, cluster, data as data_lib, devices, events, inputs, runs
+from . import checkpoints, cluster, data as data_lib, devices, events, inputs, runs, stopping
 from .config import DistcoreError, TrainConfig, data_folder
 from .loop import SUM, StepRunner
 from .stopping import StopFlag
@@ -26,12 +26,13 @@ from .stopping import StopFlag
 def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
     """The epoch's shuffled examples, minus the batches a resumed run already trained on."""
     def make():
-        if config.policy == "file":  # FILE sharding needs a dataset read from files
-            files = inputs.train_records(data, config.train_examples)
-            ds = inputs.from_records(files, seed=config.seed, epoch=epoch, limit=config.train_examples)
-        else:
-            n = config.train_examples
-            ds = inputs.in_memory(data.train_images[:n], data.train_labels[:n], seed=config.seed, epoch=epoch)
+        files = inputs.train_records(data, config.train_examples) if config.policy == "file" else None
+        with inputs.seeded(config.seed):  # a shuffle's order follows the global seed too
+            if files:  # FILE sharding needs a dataset read from files
+                ds = inputs.from_records(files, seed=config.seed, epoch=epoch, limit=config.train_examples)
+            else:
+                n = config.train_examples
+                ds = inputs.in_memory(data.train_images[:n], data.train_labels[:n], seed=config.seed, epoch=epoch)
         ds = inputs.whole_global_batches(ds, config.train_examples, config.global_batch, config.api,
                                          config.drop_remainder)
         # Batches are contiguous slices of the shuffled order, so skipping k*G examples
@@ -94,18 +95,33 @@ class Controller:
             self.claim(resume)
         except BaseException as err:
             self.close()  # a notebook's next try must not find the run locked by this one
-            if isinstance(err, DistcoreError):  # refused
-                if self.wrote_config and not resume:  # nothing trained: the same command, fixed, starts it
-                    (self.run_dir / "config.json").unlink(missing_ok=True)  # (it was "already holds a run")
-                if resume and not self.wrote_config:  # nothing changed: a finished run was marked "failed"
-                    self.stop.withdraw()
-                if config.workers > 1 and not hasattr(self, "strategy"):  # not connected yet
-                    raise cluster.peers_wait(err) from None
+            failure = self.let_go(err, resume)
+            if failure is not err:
+                raise failure from None
             raise
+
+    def let_go(self, err: BaseException, resume: bool) -> BaseException:
+        """After the set-up failed, or was interrupted (a notebook's Ctrl-C): leave the run as
+        the next try needs it, and return what to raise."""
+        if isinstance(err, DistcoreError) and self.config.workers > 1 and not hasattr(self, "strategy"):
+            err = cluster.peers_wait(err)  # not connected yet
+        if not self.wrote_config:
+            if resume:  # nothing changed: a finished run was marked "failed"
+                self.stop.withdraw()
+            return err
+        if not resume:  # nothing trained: the same call, fixed, starts it (it was "already holds a run")
+            (self.run_dir / "config.json").unlink(missing_ok=True)
+        state, message = (("stopped", stopping.BEFORE_TRAINING) if isinstance(err, KeyboardInterrupt)
+                          else ("failed", failure_message(err)))
+        stopping.mark_state(self.run_dir, os.getpid(), state, message, only_from="starting")
+        return err
 
     def claim(self, resume: bool) -> None:
         """Everything up to the first step: the task, the data, the run directory, the strategy."""
         config = self.config
+        if not tf.executing_eagerly():  # (its failure came at the first step, the run left "starting")
+            raise DistcoreError("distcore needs TensorFlow's eager execution, which is on unless turned off "
+                                "(tf.compat.v1.disable_eager_execution()): train in a process that leaves it on.")
         if config.workers > 1:
             self.task = cluster.current_task()
         if self.task.workers != config.workers:
@@ -252,7 +268,9 @@ class Controller:
         if not resume:
             runs.check_new(self.run_dir)
             return
-        runs.refuse_changes(self.run_dir, runs.saved_config(self.run_dir), self.config)
+        saved = runs.saved_config(self.run_dir)
+        runs.refuse_changes(self.run_dir, saved, self.config)
+        runs.check_steps_left(self.run_dir, saved, self.config)  # ("finished at step 564 of 188")
 
     def _any_stop(self, flag):
         """True on every worker if any worker was asked to stop: workers must leave the

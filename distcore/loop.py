@@ -31,8 +31,8 @@ class StepRunner:
     def __init__(self, strategy, config: TrainConfig):
         self.strategy = strategy
         self.config = config
-        inputs.seed_everything(config.seed)  # same initial weights (and order of examples) on any device set
-        with strategy.scope():
+        # Same initial weights on any device set, and in any thread of a process.
+        with inputs.seeded(config.seed), strategy.scope():
             self.model = create_model(config.model, config.l2)
             self.optimizer = create_optimizer(config.optimizer, config.learning_rate)
             # Keras 3 trap: with 2+ replicas, optimizer slots created lazily inside the

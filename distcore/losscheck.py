@@ -46,8 +46,7 @@ def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None, ex
     strategy = devices.make_strategy(device_names)
     data = data_lib.load(data_dir)
     images, labels = inputs.normalize(data.test_images[:examples], data.test_labels[:examples])
-    inputs.seed_everything(seed)  # the initial weights of a training run with this seed
-    with strategy.scope():
+    with inputs.seeded(seed), strategy.scope():  # the initial weights of a training run with this seed
         model = create_model("cnn")
         mean_metric = keras.metrics.Mean()
     loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")

@@ -20,6 +20,7 @@ import re
 import shutil
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 from .config import DistcoreError, TrainConfig, UnevenBatch
@@ -116,6 +117,9 @@ class RunLock:
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as err:
             raise unwritable(run_dir, err) from None
+        # Also closed when the lock is dropped: a Controller made but never run, whose name a
+        # notebook's next cell took, held its run for the life of the kernel (QA).
+        self.close_fd = weakref.finalize(self, os.close, self.fd)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -133,7 +137,7 @@ class RunLock:
 
     def release(self) -> None:
         if self.fd is not None:
-            os.close(self.fd)
+            self.close_fd()
             self.fd = None
 
 
@@ -230,6 +234,22 @@ def ended_before_training(run_dir) -> str | None:
         return None  # still starting, or not a run
     why = {"stopped": "was stopped", "died": "died (its process is gone)"}.get(state, f"failed ({status.get('message')})")
     return f"run {Path(run_dir).name} {why} before training began and saved nothing"
+
+
+def no_checkpoint(run_dir) -> str:
+    """Why run X has no checkpoint to evaluate. "has no checkpoints yet" suggested waiting for a
+    run that had ended (stopped at step 0) and never would have one (QA)."""
+    ended = ended_before_training(run_dir)
+    if ended:
+        return f"{ended}, so it has no checkpoint and never will: pick another run, or start it again under the same name."
+    status = read_status(run_dir) or {}
+    state = status.get("state")
+    if state in ACTIVE_STATES and not pid_alive(status.get("pid")):
+        state = "died"
+    if state in ("stopped", "failed", "died"):
+        return (f"run {Path(run_dir).name} {state} before its first checkpoint: resuming it trains it from step 0; "
+                "or pick another run.")
+    return f"run {Path(run_dir).name} has no checkpoints yet."
 
 
 def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:

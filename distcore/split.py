@@ -97,8 +97,8 @@ def row_order(examples: int, seed: int) -> list[int]:
 
     from . import inputs
 
-    inputs.seed_everything(seed)  # as training does first: a shuffle's order also follows the global seed
-    ds = inputs.shuffled(tf.data.Dataset.range(examples), examples, seed, 0)
+    with inputs.seeded(seed):  # as training: a shuffle's order also follows the global seed
+        ds = inputs.shuffled(tf.data.Dataset.range(examples), examples, seed, 0)
     return next(iter(ds.batch(examples))).numpy().tolist()
 
 

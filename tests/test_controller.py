@@ -1,5 +1,6 @@
 """The outer loop: a real epoch learns; stop, resume and checkpoints keep their promises."""
 
+import gc
 import json
 import os
 import shutil
@@ -7,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -85,6 +87,33 @@ def assert_same_run(reference, run_dir):
     for a, b in zip(whole_epochs, part_epochs):
         for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
             assert a[key] == pytest.approx(b[key], rel=1e-4)
+
+
+def step_losses(run_dir):
+    return [r["loss"] for r in runs.read_metrics(run_dir) if "loss" in r]
+
+
+def test_two_trainings_in_two_threads_each_follow_their_own_seed(tmp_path, uninterrupted):
+    # QA: the global seeds are the process's, and each run was built and shuffled with the
+    # other's (losses up to 0.45 from the same run alone). The second epoch's shuffle too.
+    configs = {"a": small(), "b": small(seed=11, devices=cpus(2)[::-1])}
+    Controller(configs["b"], tmp_path / "b-alone").run()
+    results = {}
+
+    def train(name):
+        try:
+            results[name] = Controller(configs[name], tmp_path / name).run()["state"]
+        except BaseException as err:  # for the assertion below, in this thread
+            results[name] = repr(err)
+
+    threads = [threading.Thread(target=train, args=(name,)) for name in configs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {"a": "finished", "b": "finished"}
+    assert step_losses(tmp_path / "a") == step_losses(uninterrupted)
+    assert step_losses(tmp_path / "b") == step_losses(tmp_path / "b-alone")
 
 
 def test_used_iterators_are_deleted_off_the_training_thread(tmp_path, dropped_iterators):
@@ -246,6 +275,39 @@ def test_a_resume_with_nothing_left_to_train_is_refused(uninterrupted):
         resume_config(uninterrupted, {"max_steps": 20})
     assert resume_config(uninterrupted, {"epochs": 3}).total_steps() == 48
     assert (uninterrupted / "config.json").read_text() == before
+    # A library caller's Controller checks it too (QA: "finished at step 32 of 16", config.json rewritten).
+    status = runs.read_status(uninterrupted)
+    for fewer in ({"epochs": 1}, {"max_steps": 20}):
+        with pytest.raises(DistcoreError, match="already trained 32"):
+            Controller(small(**fewer), uninterrupted, resume=True)
+    assert (uninterrupted / "config.json").read_text() == before and runs.read_status(uninterrupted) == status
+
+
+def test_a_set_up_that_fails_or_is_interrupted_leaves_the_run_as_a_retry_needs_it(tmp_path, monkeypatch):
+    # QA (library): Ctrl-C in a notebook while a Controller set up left config.json, the lock
+    # and a "starting" status, and the next try "already holds a run".
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    with monkeypatch.context() as patched:
+        patched.setattr(Controller, "set_up", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            Controller(small(), tmp_path / "r")
+    assert not (tmp_path / "r" / "config.json").exists()
+    assert runs.read_status(tmp_path / "r")["state"] == "stopped"
+    with monkeypatch.context() as patched:
+        patched.setattr(tf, "executing_eagerly", lambda: False)  # tf.compat.v1.disable_eager_execution()
+        with pytest.raises(DistcoreError, match="needs TensorFlow's eager execution"):
+            Controller(small(), tmp_path / "r")
+    assert Controller(small(epochs=1, max_steps=2), tmp_path / "r").run()["state"] == "finished"
+
+
+def test_a_controller_dropped_without_running_lets_go_of_its_run(tmp_path):
+    # QA (library): a notebook cell run again took the name of a Controller never run; its
+    # run stayed locked ("held by another Controller in this process") for the kernel's life.
+    trainer = Controller(small(epochs=1, max_steps=2), tmp_path / "r")
+    del trainer
+    gc.collect()
+    assert Controller(small(epochs=1, max_steps=2), tmp_path / "r", resume=True).run()["step"] == 2
 
 
 def test_a_used_run_directory_is_not_overwritten(tmp_path):
