@@ -120,6 +120,10 @@ strategies of different sizes in one process need, and one replica reads its inp
   `.data-*`) hold the training accuracy's variables instead of the metric; as in the
   tutorials, they restore with or without a strategy.
 
+**One choice of distcore's own:** an epoch's *train loss* is the mean over the epoch's examples,
+not the tutorials' `total_loss / num_batches`, a mean of the batches' losses that weighs a partial
+last batch as a full one (1.314714 against 1.313814 for one epoch of 3,000 examples).
+
 **How it runs.** Each training run is its own process writing to its run folder
 (`{root}`); the page only reads that folder, so a reload or a second browser finds the
 run still going. At most {max_jobs} training jobs run at once.
@@ -222,6 +226,10 @@ def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, worker
     # After the arithmetic, not inside it: "(1 / 2 replicas: one CPU replica per worker process = 0.50)".
     why = ": one CPU replica per worker process" if int(workers) > 1 else ""  # replica_count checked it
     shown = plots.count(replicas, "replica")
+    if g < replicas:  # "unequal batches" undersold it: half the replicas of 4 on 8 never get an example (QA)
+        return (f"⚠️ **{g} examples per step for {shown}{why}**: at each step {replicas - g} of them get an "
+                "empty batch, and still run the step and join the all-reduce, adding nothing. "
+                "distribute_datasets_from_function refuses it. Press **Show split** to see exactly.")
     if g % replicas:
         return (f"⚠️ **{g} does not divide evenly by {shown}** ({g} / {shown} = {g / replicas:.2f}{why}): "
                 "replicas will get unequal batches, and "
@@ -616,7 +624,8 @@ def where_trained(c: dict) -> str:
 
 
 def status_md(p: jobs.Progress) -> str:
-    speed = f"{p.examples_per_sec:,.0f} examples/s" if p.examples_per_sec else "– examples/s"
+    what = "last loop" if p.active and p.state in runs.ACTIVE_STATES else "mean"  # (jobs.mean_speed)
+    speed = f"{p.examples_per_sec:,.0f} examples/s ({what})" if p.examples_per_sec else "– examples/s"
     total = f" / {p.total_steps}" if p.total_steps else ""
     lines = [f"**{p.name}** · **{p.state}** · step {p.step}{total} · epoch {p.epoch} · "
              f"{speed} · ETA {eta_text(p.eta_seconds)}"]
@@ -738,10 +747,7 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
         run_dir = run_dir_of(settings, name or followed)
         saved = runs.list_checkpoints(run_dir)
         if not saved:
-            ended = runs.ended_before_training(run_dir)
-            raise DistcoreError(f"{ended}, so it has no checkpoint and never will: pick another run, or start "
-                                "it again under the same name." if ended else
-                                f"run {run_dir.name!r} has no checkpoints yet.")
+            raise DistcoreError(runs.no_checkpoint(run_dir))
         # None chosen: the newest, as the dropdown shows it. An Evaluate clicked right after
         # ↻ Refresh can arrive before the refresh has filled the dropdown in.
         checkpoint = checkpoint or saved[-1]

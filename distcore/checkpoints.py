@@ -154,7 +154,7 @@ def find(run_dir, name: str | None) -> tuple[str, int]:
     """A checkpoint of the run by name (default: the newest), with its step."""
     names = runs.list_checkpoints(run_dir)
     if not names:
-        raise DistcoreError(f"run {Path(run_dir).name} has no checkpoints yet.")
+        raise DistcoreError(runs.no_checkpoint(run_dir))
     if name is None:
         name = names[-1]
     step = runs.checkpoint_step(name)

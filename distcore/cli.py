@@ -279,6 +279,8 @@ def split_on_workers(args, workers: int) -> int:
     with tempfile.TemporaryDirectory() as log_dir:
         outcome = cluster.launch(argv, workers, log_dir=Path(log_dir), timeout=300)
         outputs = [read_json_output(Path(log_dir) / f"worker-{i}.out") for i in range(workers)]
+    if outcome.stop_requested:  # its workers' exits are the stop's, not failures (QA: "worker 0 exited with status 130")
+        raise KeyboardInterrupt
     errors = [o["error"] for o in outputs if o and "error" in o]
     if errors or outcome.failed is not None:
         raise DistcoreError(errors[0] if errors else outcome.message)

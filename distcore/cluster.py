@@ -196,6 +196,7 @@ class Outcome:
     failed: int | None  # index of the first worker that failed, if any
     message: str
     seconds_to_stop: float | None  # from the first failure to the last worker gone
+    stop_requested: bool = False  # a stop request reached the launcher (and was passed on)
 
 
 def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: Path | None = None,
@@ -213,8 +214,9 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     # The workers' temporary folders (a non-chief's checkpoints, metrics, logs) go in here,
     # a folder the launcher owns: a worker that is killed cannot clean up after itself.
     scratch = launcher_scratch()
-    procs, files = [], []
-    forward = lambda signum, _frame: [p.send_signal(signum) for p in procs if p.poll() is None]  # noqa: E731
+    procs, files, asked = [], [], []
+    forward = lambda signum, _frame: asked.append(signum) or [p.send_signal(signum) for p in procs  # noqa: E731
+                                                              if p.poll() is None]
     in_main = threading.current_thread() is threading.main_thread()  # signals can only be set there
     # Installed before the first worker starts, so no stop request can end the launcher
     # and leave workers behind.
@@ -231,6 +233,7 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
                                               stdout=stdout, stderr=log, text=True))
                 (Path(scratch) / f"worker-{procs[-1].pid}.pid").touch()  # for launcher_scratch (a chief has no folder)
         outcome = watch(procs, log_dir, timeout)
+        outcome.stop_requested = bool(asked)
     finally:
         stop_all(procs)  # nothing left to stop unless start-up or watching failed
         for sig, handler in previous.items():

@@ -75,6 +75,7 @@ def test_selected_devices(settings):
 def test_batch_note(settings):
     assert "Per-replica batch: **32**" in app.batch_note(settings, 64, 2, [])
     assert "does not divide evenly by 3 replicas" in app.batch_note(settings, 64, 3, [])
+    assert "at each step 4 of them get an empty batch" in app.batch_note(settings, 4, 8, [])  # 1/1/1/1/0/0/0/0
     assert is_error(app.batch_note(settings, 0, 2, []))
     assert is_error(app.batch_note(settings, -8, 2, []))
     assert is_error(app.batch_note(settings, 64, None, []))
@@ -164,6 +165,11 @@ def test_handlers_ask_for_a_run_when_none_is_picked(settings):
 def test_evaluate_a_run_with_no_checkpoints_says_so(settings):
     (settings.runs_root / "fresh").mkdir(parents=True)
     assert "has no checkpoints yet" in app.evaluate(settings, "fresh", None, app.NO_STRATEGY, 2, [])[0]
+    # Stopped at step 0 after it saved its settings: "yet" said to wait for a checkpoint that never comes (QA).
+    (settings.runs_root / "fresh" / "config.json").write_text("{}")
+    runs.write_json_atomic(settings.runs_root / "fresh" / "status.json", {"state": "stopped", "step": 0})
+    md = app.evaluate(settings, "fresh", None, app.NO_STRATEGY, 2, [])[0]
+    assert is_error(md) and "run fresh stopped before its first checkpoint: resuming it trains it from step 0" in md
 
 
 def test_evaluate_a_run_whose_data_folder_is_gone_reads_the_data_from_here_and_says_so(settings, tmp_path):
@@ -369,6 +375,15 @@ def test_the_checkpoints_line_says_it_shows_the_newest_five_of_more():
         app.status_md(progress))
     five = app.status_md(jobs.Progress(**{**progress.__dict__, "checkpoints": progress.checkpoints[:5]}))
     assert "Checkpoints: ckpt-1, ckpt-2, ckpt-3, ckpt-4, ckpt-5" in five
+
+
+def test_the_speed_says_whether_it_is_the_last_loops_or_the_runs_mean():
+    # QA: a student quoted a finished run's last loop (4,169 examples/s) as its speed (mean 1,905).
+    ended = jobs.Progress(name="r", state="finished", active=False, step=14, total_steps=14, epoch=1,
+                          examples_per_sec=1905.2, eta_seconds=None, message="", log_lines=(), checkpoints=())
+    assert "1,905 examples/s (mean)" in app.status_md(ended)
+    live = jobs.Progress(**{**ended.__dict__, "state": "running", "active": True})
+    assert "1,905 examples/s (last loop)" in app.status_md(live)
 
 
 def test_fashion_rows_are_shown_in_the_order_training_reads_them(settings, planner):

@@ -98,6 +98,20 @@ def test_shard_policies_across_two_workers(policy):
     assert overlap == (policy == "off")
 
 
+def test_ctrl_c_stops_a_split_across_workers_as_it_stops_a_split(tmp_path):
+    # QA: "error: worker 0 exited with status 130; ... Its log ends: stopped (Ctrl-C)." and exit 2.
+    proc = subprocess.Popen([sys.executable, "-m", "distcore", "split", "--workers", "2", "--examples", "12",
+                             "--global-batch", "4"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert wait_for(lambda: len(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                               text=True).stdout.split()) == 2, timeout=60)
+    time.sleep(1)  # the workers are importing TensorFlow
+    os.killpg(proc.pid, signal.SIGINT)
+    code, stderr = finish(proc, timeout=60)
+    assert (code, stderr.splitlines()[-1]) == (130, "stopped (Ctrl-C)."), stderr[-2000:]
+    assert "error:" not in stderr
+
+
 def test_auto_on_an_in_memory_dataset_falls_back_to_data():
     result, out = worker_split("auto", files=0)
     assert [w["steps"] for w in out["workers"]] == EXPECTED["data"]

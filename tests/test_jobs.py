@@ -431,8 +431,8 @@ def test_a_stopped_run_whose_cluster_is_still_exiting_is_not_called_training(tmp
 def test_no_speed_or_eta_is_shown_from_a_chunk_that_traced_or_a_previous_process(tmp_path):
     run_dir = tmp_path / "r"
     with stand_in(run_dir, "train") as proc:
-        resumed = [{"step": 20, "loss": 1.0, "examples_per_sec": 900.0}, {"event": "resume", "step": 20},
-                   {"step": 21, "loss": 1.0, "examples_per_sec": 12.0}]  # the first chunk traced
+        resumed = [{"step": 20, "loss": 1.0, "examples": 64, "examples_per_sec": 900.0}, {"event": "resume", "step": 20},
+                   {"step": 21, "loss": 1.0, "examples": 64, "examples_per_sec": 12.0}]  # the first chunk traced
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in resumed))
         for status in ({"state": "running", "examples_per_sec": None, "eta_seconds": None},  # as the trainer writes it
                        {"state": "starting", "examples_per_sec": 900.0, "eta_seconds": 30}):  # the last process's
@@ -442,11 +442,16 @@ def test_no_speed_or_eta_is_shown_from_a_chunk_that_traced_or_a_previous_process
         runs.write_json_atomic(run_dir / "status.json", {"state": "running", "pid": proc.pid,
                                                          "examples_per_sec": 950.0, "eta_seconds": 8})
         assert (jobs.job_progress(run_dir).examples_per_sec, jobs.job_progress(run_dir).eta_seconds) == (950.0, 8)
-    # Ended: the last step's speed, unless its chunk traced.
+    # Ended: the run's examples over its loops' time, each process's first loop (it traced) left out.
     runs.write_json_atomic(run_dir / "status.json", {"state": "stopped", "pid": proc.pid})
-    assert jobs.job_progress(run_dir).examples_per_sec is None
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in resumed[:1]))
     assert jobs.job_progress(run_dir).examples_per_sec == 900.0
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in resumed[1:]))
+    assert jobs.job_progress(run_dir).examples_per_sec is None
+    loops = [{"event": "start", "step": 0}] + [{"step": s, "loss": 1.0, "examples": 64, "examples_per_sec": rate}
+                                               for s, rate in ((1, 7.0), (2, 7.0), (3, 1000.0), (4, 1000.0),
+                                                               (5, 500.0), (6, 500.0))]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in loops))
+    assert jobs.job_progress(run_dir).examples_per_sec == pytest.approx(256 / (2 * 0.064 + 2 * 0.128))
 
 
 def test_a_stopped_run_whose_launcher_still_waits_shows_its_speed(tmp_path, monkeypatch):
