@@ -303,9 +303,11 @@ class Controller:
     def run(self) -> dict:
         step = int(self.runner.step.numpy())
         total = self.config.total_steps()
+        # From here a stop request waits for the loop: set before the start event, or a stop
+        # between the two ended the process with the start logged and no end (QA).
+        self.stop.training = True
         self.log_event(*self.start_event(step, total))
         self.set_status("running")
-        self.stop.training = True  # from here a stop request waits for a checkpoint
         try:
             with self.stop.interrupts():
                 while not self.finished() and not self.stopping():

@@ -125,3 +125,32 @@ def test_a_replica_count_over_the_limit_names_the_limit(capsys):
     assert json.loads(capsys.readouterr()[0])["error"] == (
         "--replicas ('1,17') must be a comma-separated list of counts from 1 to 16 (the logical CPU devices a "
         "process can have), e.g. 1,2,4.")
+
+
+def test_a_stopped_bench_leaves_no_worker_behind():
+    # QA: SIGTERM to `bench` left its contenders' processes measuring for up to 75 s.
+    import signal
+    import time
+
+    from conftest import wait_for
+
+    args = ["bench", "--replicas", "1", "--steps", "4", "--repeats", "1", "--warmup", "2", "--quick", "--json"]
+    proc = subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+    def status(pid):
+        try:
+            return open(f"/proc/{pid}/status").read()
+        except OSError:
+            return ""  # gone
+
+    def workers():
+        found = subprocess.run(["pgrep", "-f", "distcore.bench --worker"], capture_output=True, text=True)
+        return [pid for pid in found.stdout.split() if f"PPid:\t{proc.pid}\n" in status(pid)]
+
+    children = wait_for(workers, timeout=120, poll=0.05)
+    assert children and proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    alive = lambda pid: status(pid) and "State:\tZ" not in status(pid)  # noqa: E731 (a zombie is gone)
+    assert wait_for(lambda: not any(alive(pid) for pid in children), timeout=5)
