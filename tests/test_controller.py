@@ -301,6 +301,18 @@ def test_a_set_up_that_fails_or_is_interrupted_leaves_the_run_as_a_retry_needs_i
     assert Controller(small(epochs=1, max_steps=2), tmp_path / "r").run()["state"] == "finished"
 
 
+def test_a_stop_at_the_start_event_waits_for_the_loop(tmp_path):
+    # QA: a stop between the start event and the loop ended the process: "start", and no end.
+    class Flag(StopFlag):
+        def exit_before_training(self):
+            raise AssertionError("ended the process with the start logged and no end")
+
+    flag = Flag(tmp_path / "r")
+    at_start = lambda record: record.get("event") == "start" and flag.on_signal()  # noqa: E731
+    assert Controller(small(), tmp_path / "r", stop=flag, on_record=at_start).run()["state"] == "stopped"
+    assert [r["event"] for r in runs.read_metrics(tmp_path / "r") if "event" in r] == ["start", "stopped"]
+
+
 def test_a_controller_dropped_without_running_lets_go_of_its_run(tmp_path):
     # QA (library): a notebook cell run again took the name of a Controller never run; its
     # run stayed locked ("held by another Controller in this process") for the kernel's life.
