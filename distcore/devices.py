@@ -72,11 +72,12 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
     """Split the CPU into `logical_cpus` logical devices; must run before TF uses devices.
 
     With `replicas` (CPU replicas that will train side by side), also give each op
-    its share of the cores, unless TF_NUM_INTRAOP_THREADS already says how many.
+    its share of the cores, unless TF_NUM_INTRAOP_THREADS or the caller's own
+    tf.config.threading setting already says how many (QA: a library user's was replaced).
     """
     import tensorflow as tf
 
-    if replicas and "TF_NUM_INTRAOP_THREADS" not in os.environ:
+    if replicas and "TF_NUM_INTRAOP_THREADS" not in os.environ and not tf.config.threading.get_intra_op_parallelism_threads():
         try:
             tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads(replicas))
         except RuntimeError:

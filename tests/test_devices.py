@@ -65,11 +65,11 @@ def test_replicas_share_the_cores(replicas, cores, threads):
     assert devices.intra_op_threads(replicas, cores) == threads
 
 
-def threads_in_a_fresh_process(env_threads=None):
+def threads_in_a_fresh_process(env_threads=None, own=""):
     env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
     if env_threads is not None:
         env["TF_NUM_INTRAOP_THREADS"] = env_threads
-    code = ("from distcore import devices; s = devices.make_strategy(('cpu:0', 'cpu:1'));"
+    code = (own + "from distcore import devices; s = devices.make_strategy(('cpu:0', 'cpu:1'));"
             "import tensorflow as tf; tf.constant(1.0) + 1.0; print(devices.intra_op_setting(),"
             "tf.config.threading.get_intra_op_parallelism_threads())")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -81,6 +81,9 @@ def test_a_two_replica_process_gives_each_op_its_share_and_a_users_setting_wins(
     share = devices.intra_op_threads(2)
     assert threads_in_a_fresh_process() == [share, share]
     assert threads_in_a_fresh_process("3") == [3, 0]  # TensorFlow reads the variable itself
+    # A library caller's own setting, made before distcore's, was replaced (QA).
+    assert threads_in_a_fresh_process(own="import tensorflow as tf; "
+                                          "tf.config.threading.set_intra_op_parallelism_threads(3); ") == [3, 3]
 
 
 def test_a_strategy_reads_its_devices_as_a_device_set():
