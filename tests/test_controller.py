@@ -106,11 +106,11 @@ def test_two_trainings_in_two_threads_each_follow_their_own_seed(tmp_path, unint
         except BaseException as err:  # for the assertion below, in this thread
             results[name] = repr(err)
 
-    threads = [threading.Thread(target=train, args=(name,)) for name in configs]
+    threads = [threading.Thread(target=train, args=(name,), daemon=True) for name in configs]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=300)  # (daemons: a hang fails this test, not the whole suite)
     assert results == {"a": "finished", "b": "finished"}
     assert step_losses(tmp_path / "a") == step_losses(uninterrupted)
     assert step_losses(tmp_path / "b") == step_losses(tmp_path / "b-alone")
