@@ -226,14 +226,16 @@ def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, worker
     # After the arithmetic, not inside it: "(1 / 2 replicas: one CPU replica per worker process = 0.50)".
     why = ": one CPU replica per worker process" if int(workers) > 1 else ""  # replica_count checked it
     shown = plots.count(replicas, "replica")
-    if g < replicas:  # "unequal batches" undersold it: half the replicas of 4 on 8 never get an example (QA)
-        return (f"⚠️ **{g} examples per step for {shown}{why}**: at each step {replicas - g} of them get an "
-                "empty batch, and still run the step and join the all-reduce, adding nothing. "
-                "distribute_datasets_from_function refuses it. Press **Show split** to see exactly.")
     if g % replicas:
-        return (f"⚠️ **{g} does not divide evenly by {shown}** ({g} / {shown} = {g / replicas:.2f}{why}): "
-                "replicas will get unequal batches, and "
-                "distribute_datasets_from_function refuses it. Press **Show split** to see exactly.")
+        arithmetic = f"({g} / {shown} = {g / replicas:.2f}{why})"
+        # "unequal batches" undersold fewer examples than replicas: 4 on 8 left 4 replicas empty at every step (QA)
+        empty = replicas - g
+        what = (f"**{plots.count(g, 'example')} for {shown}** {arithmetic}: at each step {empty} of them "
+                f"{'gets' if empty == 1 else 'get'} an empty batch (still running the step and joining the "
+                "all-reduce, adding nothing)"
+                if g < replicas else
+                f"**{g} does not divide evenly by {shown}** {arithmetic}: replicas will get unequal batches")
+        return (f"⚠️ {what}, and distribute_datasets_from_function refuses it. Press **Show split** to see exactly.")
     return f"Per-replica batch: **{g // replicas}** ({g} / {shown}{why})"
 
 

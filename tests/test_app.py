@@ -75,7 +75,8 @@ def test_selected_devices(settings):
 def test_batch_note(settings):
     assert "Per-replica batch: **32**" in app.batch_note(settings, 64, 2, [])
     assert "does not divide evenly by 3 replicas" in app.batch_note(settings, 64, 3, [])
-    assert "at each step 4 of them get an empty batch" in app.batch_note(settings, 4, 8, [])  # 1/1/1/1/0/0/0/0
+    assert "**4 examples for 8 replicas** (4 / 8 replicas = 0.50): at each step 4 of them get an empty batch" in (
+        app.batch_note(settings, 4, 8, []))  # 1/1/1/1/0/0/0/0
     assert is_error(app.batch_note(settings, 0, 2, []))
     assert is_error(app.batch_note(settings, -8, 2, []))
     assert is_error(app.batch_note(settings, 64, None, []))
