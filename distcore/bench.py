@@ -252,13 +252,18 @@ class ContenderProcess:
         return reply["rate"], reply["cpu_us"]
 
     def close(self) -> None:
+        """Ask the worker to leave (its stdin closed); one still measuring (the bench was stopped)
+        is interrupted, so it leaves through its clean-up, and killed only if that hangs."""
         if self.proc.poll() is None:
             self.proc.stdin.close()  # the worker's cue to exit
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            for ask, wait in ((None, 2), (signal.SIGINT, 30), (signal.SIGKILL, None)):
+                if ask is not None:
+                    self.proc.send_signal(ask)
+                try:
+                    self.proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         self.log.close()
 
 
@@ -424,10 +429,26 @@ def main(args) -> int:
     warmup = check_int("warmup", args.warmup if args.warmup is not None else DEFAULT_WARMUP, low=1, high=10_000)
     memory_steps = check_int("memory steps", args.memory_steps if args.memory_steps is not None else 200, high=100_000)
     log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
-    report = run(replicas, steps, repeats, warmup, memory_steps, quick=args.quick, same_threads=args.same_threads,
-                 log=log)
+    with sigterm_as_ctrl_c():
+        report = run(replicas, steps, repeats, warmup, memory_steps, quick=args.quick,
+                     same_threads=args.same_threads, log=log)
     print(json.dumps(report) if args.json else format_report(report), flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c():
+    """A SIGTERM takes Ctrl-C's way out, through the clean-ups (contenders asked to stop, the
+    train measurement's folder removed): it killed the bench at once, its workers went with
+    it (die_with_parent), and their autograph files stayed in TMPDIR (QA)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def add_arguments(parser) -> None:

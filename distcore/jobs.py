@@ -93,10 +93,17 @@ def pid_cmdline(pid) -> list[str]:
 
 
 def is_train_process(pid, run_dir: Path) -> bool:
-    """True if pid is a live `distcore train` for this run dir (guards against pid reuse).
-    The app passes run directories in full; a user of the CLI may have given a relative one."""
+    """True if pid is live and trains this run: a `distcore train` (or `cluster`) for it, or
+    a library caller's process that holds its lock, whose command line names no run (QA: a
+    running library run read "died", and Resume started a process the lock then refused)."""
     if not runs.pid_alive(pid):
         return False
+    return is_distcore_command(pid, run_dir) or runs.lock_holder(run_dir) == int(pid)
+
+
+def is_distcore_command(pid, run_dir: Path) -> bool:
+    """True if pid is a `distcore train` or `cluster` for this run dir (guards against pid reuse).
+    The app passes run directories in full; a user of the CLI may have given a relative one."""
     cmd = pid_cmdline(pid)
     if "distcore" not in cmd or not ("train" in cmd or "cluster" in cmd):
         return False
@@ -330,6 +337,9 @@ def stop_training(run_dir, startup_timeout: float = 90) -> bool:
         # status of its own; the launcher forwards the signal to every worker.
         fresh = written_since_launch(run_dir, status, unknown=False) and status.get("state") in ACTIVE_STATES
         if status.get("pid") == pid or fresh or time.monotonic() > deadline:
+            if not is_distcore_command(pid, run_dir):  # its SIGTERM could end a notebook's kernel
+                raise DistcoreError(f"run {run_dir.name} is trained by process {pid}, a Python program that uses "
+                                    "distcore as a library: stop it there (Ctrl-C, or its StopFlag's set()).")
             os.kill(pid, signal.SIGTERM)
             return True
         time.sleep(0.2)

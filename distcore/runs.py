@@ -141,6 +141,26 @@ class RunLock:
             self.fd = None
 
 
+def lock_holder(run_dir) -> int | None:
+    """The process that holds RUN/.lock (RunLock), read from /proc/locks: trying the lock
+    here could refuse a Controller taking it at that instant. The lock's inode and the pid
+    the holder wrote in the file must agree."""
+    path = Path(run_dir) / ".lock"
+    try:
+        inode = path.stat().st_ino
+        named = path.read_text()[:64].strip()
+        with open("/proc/locks") as f:
+            held = f.read().splitlines()
+    except OSError:
+        return None
+    for line in held:  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF" (waiters have a "->")
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[4].isdigit() and \
+                fields[5].rsplit(":", 1)[-1] == str(inode) and named == f"process {fields[4]}":
+            return int(fields[4])
+    return None
+
+
 def unwritable(run_dir, err: OSError) -> DistcoreError:
     return DistcoreError(f"cannot write to the run directory {run_dir}: {err.strerror}.")
 

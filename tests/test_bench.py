@@ -127,16 +127,16 @@ def test_a_replica_count_over_the_limit_names_the_limit(capsys):
         "process can have), e.g. 1,2,4.")
 
 
-def test_a_stopped_bench_leaves_no_worker_behind():
-    # QA: SIGTERM to `bench` left its contenders' processes measuring for up to 75 s.
+def test_a_stopped_bench_leaves_no_worker_and_no_file_behind(tmp_path):
+    # QA: SIGTERM to `bench` left its contenders' processes measuring for up to 75 s; killed
+    # with the bench instead, they left autograph's files in TMPDIR.
     import signal
-    import time
 
     from conftest import wait_for
 
     args = ["bench", "--replicas", "1", "--steps", "4", "--repeats", "1", "--warmup", "2", "--quick", "--json"]
     proc = subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
 
     def status(pid):
         try:
@@ -144,13 +144,16 @@ def test_a_stopped_bench_leaves_no_worker_behind():
         except OSError:
             return ""  # gone
 
-    def workers():
-        found = subprocess.run(["pgrep", "-f", "distcore.bench --worker"], capture_output=True, text=True)
+    def contenders():
+        found = subprocess.run(["pgrep", "-f", "distcore.bench --worker serve"], capture_output=True, text=True)
         return [pid for pid in found.stdout.split() if f"PPid:\t{proc.pid}\n" in status(pid)]
 
-    children = wait_for(workers, timeout=120, poll=0.05)
+    children = wait_for(lambda: len(contenders()) == 4 and list(tmp_path.glob("__autograph_generated_file*"))
+                        and contenders(), timeout=180, poll=0.05)  # all four up, and tracing
     assert children and proc.poll() is None
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
+    _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
     alive = lambda pid: status(pid) and "State:\tZ" not in status(pid)  # noqa: E731 (a zombie is gone)
-    assert wait_for(lambda: not any(alive(pid) for pid in children), timeout=5)
+    assert not any(alive(pid) for pid in children)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -428,6 +428,30 @@ def test_a_stopped_run_whose_cluster_is_still_exiting_is_not_called_training(tmp
             jobs.start_training(tmp_path, "pair", [], resume=True, workers=2)
 
 
+def test_a_run_a_library_caller_trains_is_active_and_the_app_does_not_signal_it(tmp_path):
+    # QA: a Controller training in a script read "died"; Resume started a second process (then
+    # refused by the lock); Stop's SIGTERM would have ended the caller's program.
+    run_dir = tmp_path / "lib"
+    run_dir.mkdir()
+    holder = ("import sys, time; from distcore import runs; lock = runs.RunLock(sys.argv[1]); "
+              "runs.write_json_atomic(sys.argv[1] + '/status.json', {'state': 'running', 'pid': __import__('os').getpid()}); "
+              "print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", holder, str(run_dir)], cwd=jobs.REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "held\n"
+        assert runs.lock_holder(run_dir) == proc.pid
+        assert jobs.run_state(run_dir) == "running" and jobs.job_pid(run_dir) == proc.pid
+        with pytest.raises(DistcoreError, match=f"still training \\(process {proc.pid}\\)"):
+            jobs.check_not_training(run_dir)
+        with pytest.raises(DistcoreError, match="uses distcore as a library: stop it there"):
+            jobs.stop_training(run_dir)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+    assert runs.lock_holder(run_dir) is None and jobs.run_state(run_dir) == "died"
+
+
 def test_no_speed_or_eta_is_shown_from_a_chunk_that_traced_or_a_previous_process(tmp_path):
     run_dir = tmp_path / "r"
     with stand_in(run_dir, "train") as proc:
