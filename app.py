@@ -626,7 +626,7 @@ def where_trained(c: dict) -> str:
 
 
 def status_md(p: jobs.Progress) -> str:
-    what = "last loop" if p.active and p.state in runs.ACTIVE_STATES else "mean"  # (jobs.mean_speed)
+    what = "last loop" if p.live_speed else "mean"
     speed = f"{p.examples_per_sec:,.0f} examples/s ({what})" if p.examples_per_sec else "– examples/s"
     total = f" / {p.total_steps}" if p.total_steps else ""
     lines = [f"**{p.name}** · **{p.state}** · step {p.step}{total} · epoch {p.epoch} · "

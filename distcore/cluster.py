@@ -215,8 +215,13 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     # a folder the launcher owns: a worker that is killed cannot clean up after itself.
     scratch = launcher_scratch()
     procs, files, asked = [], [], []
-    forward = lambda signum, _frame: asked.append(signum) or [p.send_signal(signum) for p in procs  # noqa: E731
-                                                              if p.poll() is None]
+
+    def forward(signum, _frame):
+        asked.append(signum)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
     in_main = threading.current_thread() is threading.main_thread()  # signals can only be set there
     # Installed before the first worker starts, so no stop request can end the launcher
     # and leave workers behind.

@@ -373,6 +373,15 @@ class Progress:
     checkpoints: tuple[str, ...]
     has_config: bool = True  # False: it ended before it saved its settings; nothing to resume
 
+    @property
+    def live_speed(self) -> bool:
+        """examples_per_sec is the last loop's (the run trains), else the run's mean (mean_speed)."""
+        return live_speed(self.active, self.state)
+
+
+def live_speed(active: bool, state: str) -> bool:
+    return active and state in runs.ACTIVE_STATES
+
 
 def tail_lines(path: Path, n: int, max_bytes: int = 64_000) -> list[str]:
     try:
@@ -413,8 +422,7 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
         # (and while starting, when the status still holds the previous process's numbers).
         # A final state is the metrics' though its process lives on: a cluster's launcher waits
         # for its workers after the chief's "stopped", and the speed read "–" meanwhile.
-        examples_per_sec=live.get("examples_per_sec") if active and state in runs.ACTIVE_STATES
-        else mean_speed(metrics),
+        examples_per_sec=live.get("examples_per_sec") if live_speed(active, state) else mean_speed(metrics),
         eta_seconds=live.get("eta_seconds") if active else None,
         message=str(status.get("message") or "") or stalled_note(run_dir, status if active else {}),
         log_lines=tuple(events[-n_log:] + logs),
@@ -448,16 +456,16 @@ def mean_speed(metrics: list[dict]) -> float | None:
     The first loop of each process is left out, as it also traced (7-30 examples/s; older
     versions logged its speed)."""
     examples = seconds = 0.0
-    first_loop = None  # the speed of the records of the loop after a start or resume
+    after_start, traced = False, None  # traced: the speed of the loop after a start or resume
     for r in metrics:
         if r.get("event") in ("start", "resume"):
-            first_loop = "next"
+            after_start = True
         elif "loss" in r and "event" not in r:
-            if first_loop == "next":
-                first_loop = r.get("examples_per_sec")
             rate, count = r.get("examples_per_sec"), r.get("examples")
-            if rate and count and rate != first_loop:
-                first_loop = None
+            if after_start:  # the first record of that loop
+                after_start, traced = False, rate
+            if rate and count and rate != traced:
+                traced = None
                 examples += count
                 seconds += count / rate
     return examples / seconds if seconds else None

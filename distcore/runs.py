@@ -125,7 +125,7 @@ class RunLock:
         except BlockingIOError:
             holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "another process"
             self.release()
-            if holder == f"process {os.getpid()}":  # "trained by process N" named the caller itself
+            if holder == lock_text(os.getpid()):  # "trained by process N" named the caller itself
                 raise DistcoreError(f"{run_dir} is held by another Controller in this process: run() it, or "
                                     "close() it to let go of the run.") from None
             raise DistcoreError(f"{run_dir} is being trained by {holder} right now: stop it, or wait until it "
@@ -133,12 +133,17 @@ class RunLock:
         except OSError:
             return  # (ENOLCK: no locks on this filesystem)
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"process {os.getpid()}".encode(), 0)
+        os.pwrite(self.fd, lock_text(os.getpid()).encode(), 0)
 
     def release(self) -> None:
         if self.fd is not None:
             self.close_fd()
             self.fd = None
+
+
+def lock_text(pid) -> str:
+    """What RUN/.lock holds while process `pid` holds the lock (messages quote it)."""
+    return f"process {pid}"
 
 
 def lock_holder(run_dir) -> int | None:
@@ -156,7 +161,7 @@ def lock_holder(run_dir) -> int | None:
     for line in held:  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF" (waiters have a "->")
         fields = line.split()
         if len(fields) > 5 and fields[1] == "FLOCK" and fields[4].isdigit() and \
-                fields[5].rsplit(":", 1)[-1] == str(inode) and named == f"process {fields[4]}":
+                fields[5].rsplit(":", 1)[-1] == str(inode) and named == lock_text(fields[4]):
             return int(fields[4])
     return None
 

@@ -130,7 +130,7 @@ class StopFlag:
         def interrupt(signum, frame):
             if self.is_set():
                 signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
-            self._requested = True
+            self.set()
             os.write(2, b"Stopping at the end of this loop, with a checkpoint; Ctrl-C again interrupts at once.\n")
 
         previous = signal.signal(signal.SIGINT, interrupt)
