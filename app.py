@@ -216,6 +216,12 @@ def device_args(names: tuple[str, ...]) -> list[str]:
     return ["--devices", ",".join(names)]
 
 
+def quotient(a: int, b: int) -> str:
+    """'= 0.125' when three decimals say it exactly, else '≈ 3.333' (':.2f' showed 1/8 as 0.12)."""
+    text = f"{a / b:.3f}".rstrip("0").rstrip(".")
+    return f"= {text}" if float(text) * b == a else f"≈ {text}"
+
+
 def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, workers=1) -> str:
     """The per-replica batch next to the global batch, or a plain warning."""
     try:
@@ -223,11 +229,11 @@ def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, worker
         g = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
     except DistcoreError as e:
         return error_md(e)
-    # After the arithmetic, not inside it: "(1 / 2 replicas: one CPU replica per worker process = 0.50)".
+    # After the arithmetic, not inside it: "(1 / 2 replicas: one CPU replica per worker process = 0.5)".
     why = ": one CPU replica per worker process" if int(workers) > 1 else ""  # replica_count checked it
     shown = plots.count(replicas, "replica")
     if g % replicas:
-        arithmetic = f"({g} / {shown} = {g / replicas:.2f}{why})"
+        arithmetic = f"({g} / {shown} {quotient(g, replicas)}{why})"
         # "unequal batches" undersold fewer examples than replicas: 4 on 8 left 4 replicas empty at every step (QA)
         empty = replicas - g
         what = (f"**{plots.count(g, 'example')} for {shown}** {arithmetic}: at each step {empty} of them "

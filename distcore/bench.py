@@ -441,8 +441,10 @@ def sigterm_as_ctrl_c():
     """A SIGTERM takes Ctrl-C's way out, through the clean-ups (contenders asked to stop, the
     train measurement's folder removed): it killed the bench at once, its workers went with
     it (die_with_parent), and their autograph files stayed in TMPDIR (QA)."""
+    from .stopping import interruption
+
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise interruption(signum)
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:

@@ -280,7 +280,7 @@ def split_on_workers(args, workers: int) -> int:
         outcome = cluster.launch(argv, workers, log_dir=Path(log_dir), timeout=300)
         outputs = [read_json_output(Path(log_dir) / f"worker-{i}.out") for i in range(workers)]
     if outcome.stop_requested:  # its workers' exits are the stop's, not failures (QA: "worker 0 exited with status 130")
-        raise KeyboardInterrupt
+        raise stopping.interruption(outcome.stop_requested)
     errors = [o["error"] for o in outputs if o and "error" in o]
     if errors or outcome.failed is not None:
         raise DistcoreError(errors[0] if errors else outcome.message)
@@ -631,6 +631,9 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
             print_json({"error": str(err)})
         print(f"error: {err}", file=sys.stderr)
         code = 2
+    except stopping.StopSignal as err:  # SIGTERM, SIGHUP
+        print(f"stopped ({err}).", file=sys.stderr)
+        code = 128 + err.signum
     except KeyboardInterrupt:  # Ctrl-C where a command has no handling of its own (e.g. cluster's GPU count)
         print("stopped (Ctrl-C).", file=sys.stderr)
         code = 130

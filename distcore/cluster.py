@@ -196,7 +196,7 @@ class Outcome:
     failed: int | None  # index of the first worker that failed, if any
     message: str
     seconds_to_stop: float | None  # from the first failure to the last worker gone
-    stop_requested: bool = False  # a stop request reached the launcher (and was passed on)
+    stop_requested: int | None = None  # the first stop request's signal (passed on), if any
 
 
 def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: Path | None = None,
@@ -238,7 +238,7 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
                                               stdout=stdout, stderr=log, text=True))
                 (Path(scratch) / f"worker-{procs[-1].pid}.pid").touch()  # for launcher_scratch (a chief has no folder)
         outcome = watch(procs, log_dir, timeout)
-        outcome.stop_requested = bool(asked)
+        outcome.stop_requested = asked[0] if asked else None
     finally:
         stop_all(procs)  # nothing left to stop unless start-up or watching failed
         for sig, handler in previous.items():

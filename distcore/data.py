@@ -39,7 +39,8 @@ HOW_TO_GET = (
     f"installs to {DEBIAN_DIR}); or, with internet, run "
     "`python -c \"import keras; keras.datasets.fashion_mnist.load_data()\"` (fills "
     "$KERAS_HOME/datasets/fashion-mnist; KERAS_HOME defaults to ~/.keras); or download the four *-ubyte.gz files from "
-    "github.com/zalandoresearch/fashion-mnist into a folder and pass --data-dir FOLDER."
+    "github.com/zalandoresearch/fashion-mnist into a folder and name it with --data-dir FOLDER "
+    "(data_dir=FOLDER in Python; the app reads $DISTCORE_DATA_DIR)."
 )
 
 

@@ -204,13 +204,14 @@ def step_records(metrics: list[dict]) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def binned_losses(steps: list[dict], max_points: int = MAX_LOSS_POINTS) -> tuple[list, list, int]:
-    """(steps, losses, k): one point a step, or past `max_points` steps, the mean loss of each k
-    consecutive steps at the last of them. Every point of a 20-epoch run made each redraw,
-    every 2 s while it trained, 479 KB and 0.25 s of the app's CPU per open page."""
+def binned_losses(steps: list[dict], max_points: int = MAX_LOSS_POINTS) -> tuple[list, list, int, list]:
+    """(steps, losses, k, first steps): one point a step, or past `max_points` steps, the mean
+    loss of each k consecutive steps at the last of them. Every point of a 20-epoch run made each
+    redraw, every 2 s while it trained, 479 KB and 0.25 s of the app's CPU per open page."""
     k = max(1, math.ceil(len(steps) / max_points))
     groups = [steps[i:i + k] for i in range(0, len(steps), k)]
-    return [g[-1]["step"] for g in groups], [sum(m["loss"] for m in g) / len(g) for g in groups], k
+    return ([g[-1]["step"] for g in groups], [sum(m["loss"] for m in g) / len(g) for g in groups], k,
+            [g[0]["step"] for g in groups])
 
 
 def epoch_records(metrics: list[dict]) -> list[dict]:
@@ -238,10 +239,12 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float =
     """Training loss per step, with checkpoints marked: the steps in `saved` (those on disk),
     else the checkpoint records in the metrics. With an `l2` weight the loss includes its penalty."""
     steps = step_records(metrics)
-    x, y, per_point = binned_losses(steps)
+    x, y, per_point, first = binned_losses(steps)
+    # A binned point's hover names the steps it averages, not only its last one.
+    ranged = {"customdata": first, "hovertemplate": "steps %{customdata}–%{x}<br>mean loss %{y}<extra></extra>"}
     fig = go.Figure(go.Scatter(
         x=x, y=y, mode="lines+markers" if len(steps) < 60 else "lines", name="training loss",
-        marker={"size": 4},
+        marker={"size": 4}, **(ranged if per_point > 1 else {}),
     ))
     # The checkpoints as one trace of vertical segments (on a hidden 0-1 axis): one add_vline
     # each grew quadratically, 38 s for 400 checkpoints, at every redraw of a training run.

@@ -99,7 +99,8 @@ def check_new(run_dir) -> None:
     """A new run needs a directory that holds no run (checked before anything is launched)."""
     run_dir = run_path(run_dir)
     if (run_dir / "config.json").exists() or list_checkpoints(run_dir):
-        raise DistcoreError(f"{run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir.")
+        raise DistcoreError(f"{run_dir} already holds a run: resume it (--resume; resume=True in "
+                            "Python), or pick another run directory.")
 
 
 class RunLock:

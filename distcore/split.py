@@ -267,7 +267,7 @@ def explain_tf_error(config: SplitConfig, err) -> str:
     text = f"TensorFlow refused this plan: {type(err).__name__}: {message}"
     if config.policy == "file" and not config.files:
         text += (" (FILE sharding hands out whole input files, but this dataset is made in memory and "
-                 "reads no files: use --files F, or the DATA or AUTO policy.)")
+                 "reads no files: write it to source files (--files F), or use the DATA or AUTO policy.)")
     elif config.policy in ("file", "auto") and config.workers > config.files:
         auto = ("AUTO shards by FILE when the data comes from files, and does not fall back to DATA "
                 "when there are too few: " if config.policy == "auto" else "")

@@ -32,6 +32,22 @@ BEFORE_TRAINING = "stopped before training began"
 # The stop requests: handled here, passed on by the cluster launcher. SIGHUP is a closed
 # terminal: it ended a run at once, with no checkpoint and its status left "running" (QA).
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class StopSignal(KeyboardInterrupt):
+    """A stop request by a signal that is not Ctrl-C (SIGTERM, SIGHUP), taking Ctrl-C's way
+    out of a command: the CLI names it, where it said "stopped (Ctrl-C)." for all (QA)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def interruption(signum: int) -> KeyboardInterrupt:
+    """What a stop request raises in a command that stops by exception."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else StopSignal(signum)
+
+
 # How autograph names the module of each function it converts (tensorflow/python/autograph/pyct/loader.py).
 AUTOGRAPH_MODULE_PREFIX = "__autograph_generated_file"
 

@@ -74,8 +74,9 @@ def test_selected_devices(settings):
 
 def test_batch_note(settings):
     assert "Per-replica batch: **32**" in app.batch_note(settings, 64, 2, [])
-    assert "does not divide evenly by 3 replicas" in app.batch_note(settings, 64, 3, [])
-    assert "**4 examples for 8 replicas** (4 / 8 replicas = 0.50): at each step 4 of them get an empty batch" in (
+    assert "does not divide evenly by 3 replicas** (64 / 3 replicas ≈ 21.333)" in app.batch_note(settings, 64, 3, [])
+    assert "(1 / 8 replicas = 0.125)" in app.batch_note(settings, 1, 8, [])  # not 0.12
+    assert "**4 examples for 8 replicas** (4 / 8 replicas = 0.5): at each step 4 of them get an empty batch" in (
         app.batch_note(settings, 4, 8, []))  # 1/1/1/1/0/0/0/0
     assert is_error(app.batch_note(settings, 0, 2, []))
     assert is_error(app.batch_note(settings, -8, 2, []))
@@ -747,7 +748,7 @@ def test_wording_stop_point_replica_counts_and_worker_notes(settings):
         "20 steps; a process's first loop is its first step), saves a checkpoint and exits.")
     assert "Per-replica batch: **64** (64 / 1 replica)" in app.batch_note(settings, 64, 1, [])
     # The explanation after the arithmetic, not spliced into it.
-    assert "(1 / 2 replicas = 0.50: one CPU replica per worker process)" in app.batch_note(settings, 1, 2, [], 2)
+    assert "(1 / 2 replicas = 0.5: one CPU replica per worker process)" in app.batch_note(settings, 1, 2, [], 2)
     assert app.plots.count(1, "replica") == "1 replica" and app.plots.count(3, "replica") == "3 replicas"
     assert "**Global batch 64 on 1 replica** (examples per replica: 64)" in app.loss_check(settings, 1, [], 64, 0)
     demo = app.build_app(runs_root=settings.runs_root, devices_info=CPU_ONLY, planner=jobs.Planner())

@@ -153,7 +153,8 @@ def test_a_stopped_bench_leaves_no_worker_and_no_file_behind(tmp_path):
     assert children and proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=90)
-    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in stderr, stderr[-2000:]
+    assert stderr.splitlines()[-1] == "stopped (SIGTERM).", stderr[-2000:]  # (it said "Ctrl-C")
     alive = lambda pid: status(pid) and "State:\tZ" not in status(pid)  # noqa: E731 (a zombie is gone)
     assert not any(alive(pid) for pid in children)
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import ROOT, cpus
-from distcore import cli as distcore_cli, cluster, data, devices, runs
+from distcore import cli as distcore_cli, cluster, data, devices, runs, stopping
 
 SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
 
@@ -238,12 +238,21 @@ def test_ctrl_c_a_command_does_not_handle_ends_quietly(monkeypatch, capsys):
     assert capsys.readouterr()[1] == "stopped (Ctrl-C).\n"
 
 
+def test_a_stop_by_another_signal_is_named_on_the_way_out(monkeypatch, capsys):
+    # QA: `split --workers` and `bench` said "stopped (Ctrl-C)." for a SIGTERM or a SIGHUP too.
+    def terminated(args):
+        raise stopping.interruption(signal.SIGHUP)
+    monkeypatch.setitem(distcore_cli.COMMANDS, "devices", terminated)
+    assert distcore_cli.main(["devices"]) == 128 + signal.SIGHUP
+    assert capsys.readouterr()[1] == "stopped (SIGHUP).\n"
+
+
 def test_the_cluster_launcher_refuses_what_its_workers_would_refuse_before_starting_them(finished_run, tmp_path):
     before = run_files(finished_run)
     result = cli("cluster", "--workers", "2", "--run-dir", str(finished_run), "--json", timeout=60)
     assert result.returncode == 2
     assert json.loads(result.stdout)["error"] == (
-        f"{finished_run} already holds a run: pass --resume to continue it, or pick a new --run-dir.")
+        f"{finished_run} already holds a run: resume it (--resume; resume=True in Python), or pick another run directory.")
     assert run_files(finished_run) == before  # still finished: no worker ran, nothing marked failed
     result = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "new"), "--global-batch", "3",
                  "--api", "function", timeout=60)

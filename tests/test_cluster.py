@@ -98,17 +98,20 @@ def test_shard_policies_across_two_workers(policy):
     assert overlap == (policy == "off")
 
 
-def test_ctrl_c_stops_a_split_across_workers_as_it_stops_a_split(tmp_path):
+@pytest.mark.parametrize("send, said, code", [(lambda pid: os.killpg(pid, signal.SIGINT), "Ctrl-C", 130),
+                                              (lambda pid: os.kill(pid, signal.SIGTERM), "SIGTERM", 143)])
+def test_ctrl_c_stops_a_split_across_workers_as_it_stops_a_split(tmp_path, send, said, code):
     # QA: "error: worker 0 exited with status 130; ... Its log ends: stopped (Ctrl-C)." and exit 2.
+    # A SIGTERM to the launcher alone (passed on to the workers) said "stopped (Ctrl-C)." too.
     proc = subprocess.Popen([sys.executable, "-m", "distcore", "split", "--workers", "2", "--examples", "12",
                              "--global-batch", "4"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     assert wait_for(lambda: len(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
                                                text=True).stdout.split()) == 2, timeout=60)
     time.sleep(1)  # the workers are importing TensorFlow
-    os.killpg(proc.pid, signal.SIGINT)
-    code, stderr = finish(proc, timeout=60)
-    assert (code, stderr.splitlines()[-1]) == (130, "stopped (Ctrl-C)."), stderr[-2000:]
+    send(proc.pid)
+    returned, stderr = finish(proc, timeout=60)
+    assert (returned, stderr.splitlines()[-1]) == (code, f"stopped ({said})."), stderr[-2000:]
     assert "error:" not in stderr
 
 
