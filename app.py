@@ -306,7 +306,7 @@ def split_on_workers(workers, examples, global_batch, policy, api, drop_remainde
 
 def train_config(settings, cpu_count, gpu_boxes, global_batch, policy, api, model, optimizer,
                  learning_rate, epochs, max_steps, steps_per_loop, checkpoint_every, seed,
-                 train_examples, test_examples, drop_remainder=False, workers=1) -> TrainConfig:
+                 train_examples, test_examples, drop_remainder=False, workers=1, keep_checkpoints=0) -> TrainConfig:
     """Validate the form with distcore's own rules (no TensorFlow needed)."""
     workers = check_int("worker processes", workers, high=MAX_WORKERS)
     # Under MultiWorkerMirroredStrategy a CPU-only worker has exactly one replica.
@@ -317,7 +317,7 @@ def train_config(settings, cpu_count, gpu_boxes, global_batch, policy, api, mode
         epochs=epochs, max_steps=max_steps or 0, seed=seed if seed is not None else 0,
         steps_per_loop=steps_per_loop, checkpoint_every=checkpoint_every or 0, policy=policy,
         api=api, train_examples=train_examples, test_examples=test_examples,
-        drop_remainder=bool(drop_remainder),
+        drop_remainder=bool(drop_remainder), keep_checkpoints=keep_checkpoints or 0,
     )
 
 
@@ -326,7 +326,7 @@ def train_args(cfg: TrainConfig) -> list[str]:
     return devices + jobs.options_to_args({
         "global_batch": cfg.global_batch, "epochs": cfg.epochs, "max_steps": cfg.max_steps,
         "seed": cfg.seed, "steps_per_loop": cfg.steps_per_loop,
-        "checkpoint_every": cfg.checkpoint_every, "model": cfg.model,
+        "checkpoint_every": cfg.checkpoint_every, "keep_checkpoints": cfg.keep_checkpoints, "model": cfg.model,
         "optimizer": cfg.optimizer, "learning_rate": cfg.learning_rate, "policy": cfg.policy,
         "api": cfg.api, "train_examples": cfg.train_examples, "test_examples": cfg.test_examples,
         "drop_remainder": cfg.drop_remainder,
@@ -403,6 +403,7 @@ FIELD_LABELS = {"model": "model", "optimizer": "optimizer", "learning_rate": "le
                 "api": "input API", "train_examples": "training examples", "test_examples": "test examples",
                 "drop_remainder": "drop_remainder", "epochs": "epochs", "max_steps": "max steps",
                 "steps_per_loop": "steps per loop", "checkpoint_every": "checkpoint interval",
+                "keep_checkpoints": "checkpoints kept",
                 "devices": "devices", "workers": "worker processes"}
 
 
@@ -465,7 +466,8 @@ def check_same_setup(name: str, saved: TrainConfig, wanted: TrainConfig) -> None
             f"Setup differs from run {name} in {listed}, and its checkpoints were trained with the run's "
             f"values. To resume {name}, set these back in 1 · Setup & split (the button "
             "'Use its settings in Setup' copies the run's); to train with them, start a new run. A resume "
-            "may change only epochs, max steps, steps per loop, checkpoint interval, devices and worker processes.")
+            "may change only epochs, max steps, steps per loop, checkpoint interval, checkpoints kept, devices and "
+            "worker processes.")
 
 
 # The Setup fields training reads, in train_config's order, each with the TrainConfig field it
@@ -474,7 +476,8 @@ TRAIN_FORM = (("count", "devices"), ("boxes", "devices"), ("batch", "global_batc
               ("api", "api"), ("model", "model"), ("optimizer", "optimizer"), ("lr", "learning_rate"),
               ("epochs", "epochs"), ("max_steps", "max_steps"), ("steps_per_loop", "steps_per_loop"),
               ("ckpt_every", "checkpoint_every"), ("seed", "seed"), ("train_examples", "train_examples"),
-              ("test_examples", "test_examples"), ("drop", "drop_remainder"), ("workers", "workers"))
+              ("test_examples", "test_examples"), ("drop", "drop_remainder"), ("workers", "workers"),
+              ("ckpt_keep", "keep_checkpoints"))
 
 
 def form_devices(settings: AppSettings, devices) -> tuple:
@@ -519,6 +522,8 @@ def shown(field: str, value) -> str:
         return "no limit"
     if field == "checkpoint_every" and not value:
         return "0 (epoch ends)"
+    if field == "keep_checkpoints" and not value:
+        return "0 (all)"
     return str(value)
 
 
@@ -985,7 +990,7 @@ def _keep_tab_in_browser(demo: gr.Blocks, tabs: gr.Tabs, tab_list: list) -> None
 
 # The Setup fields a browser keeps across reloads and app restarts.
 KEPT_FIELDS = ("count", "boxes", "batch", "policy", "api", "drop", "workers", "model", "optimizer", "lr",
-               "seed", "epochs", "max_steps", "steps_per_loop", "ckpt_every", "train_examples",
+               "seed", "epochs", "max_steps", "steps_per_loop", "ckpt_every", "ckpt_keep", "train_examples",
                "test_examples", "source", "toy_n", "files")
 
 
@@ -1065,6 +1070,8 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
                                                  info="steps run inside one tf.function call")
                 ui["ckpt_every"] = gr.Number(value=0, label="Checkpoint every N steps",
                                              info="0 = at epoch ends and on stop")
+                ui["ckpt_keep"] = gr.Number(value=0, label="Checkpoints kept",
+                                            info="the newest N stay on disk; 0 = all")
             with gr.Row():
                 ui["train_examples"] = gr.Number(value=60000, label="Training examples",
                                                  info="the first N of 60,000")
@@ -1106,7 +1113,7 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) 
                 "**Stop training** stops at the end of the current loop of *Steps per loop* steps "
                 "(with worker processes, once they agree: at most one loop later) and saves a checkpoint; "
                 "**Resume** continues the selected run from its latest checkpoint with the epochs, max "
-                "steps (0 = no limit), steps per loop, checkpoint interval, devices and worker processes "
+                "steps (0 = no limit), steps per loop, checkpoint interval, checkpoints kept, devices and worker processes "
                 "set in **1 · Setup & split**; its other fields there must match the run's "
                 "(**Use its settings in Setup** copies them from the run).")
     with gr.Row():

@@ -22,11 +22,14 @@ from .config import DistcoreError
 class Saver:
     """Saves into `folder`; restores from `read_folder` (the chief's, for other workers)."""
 
-    def __init__(self, checkpoint: tf.train.Checkpoint, folder: Path, read_folder: Path | None = None):
+    def __init__(self, checkpoint: tf.train.Checkpoint, folder: Path, read_folder: Path | None = None, keep: int = 0):
+        """`keep`: how many of the newest checkpoints stay on disk (0: all). The manager deletes
+        older ones as it saves, those of earlier processes of the run too (its state file lists them)."""
         self.checkpoint = checkpoint
         self.folder = Path(folder)
         self.read_folder = Path(read_folder or folder)
-        self.manager = tf.train.CheckpointManager(checkpoint, str(folder), max_to_keep=None, checkpoint_name="ckpt")
+        self.manager = tf.train.CheckpointManager(checkpoint, str(folder), max_to_keep=keep or None,
+                                                  checkpoint_name="ckpt")
         self.steps = set()  # of the checkpoints this process saved or restored
 
     def has(self, step: int) -> bool:

@@ -71,6 +71,7 @@ def add_train_flags(p):
     p.add_argument("--seed", help="seed for weights and shuffling (default 0)")
     p.add_argument("--steps-per-loop", help="steps per tf.function call (default 20)")
     p.add_argument("--checkpoint-every", help="checkpoint every N steps (default: epoch ends only)")
+    p.add_argument("--keep-checkpoints", help="keep the newest N checkpoints, deleting older ones (default 0: all)")
     p.add_argument("--model", type=str.lower, choices=MODELS,
                    help="cnn (tutorial, default) or mlp (training-loop guide)")
     p.add_argument("--optimizer", type=str.lower, choices=OPTIMIZERS, help="adam (default) or sgd")
@@ -332,7 +333,8 @@ def cmd_planner(args) -> int:
     return 0
 
 
-TRAIN_FLAGS = ("global_batch", "epochs", "max_steps", "seed", "steps_per_loop", "checkpoint_every", "model",
+TRAIN_FLAGS = ("global_batch", "epochs", "max_steps", "seed", "steps_per_loop", "checkpoint_every", "keep_checkpoints",
+               "model",
                "optimizer", "learning_rate", "l2", "policy", "api", "drop_remainder", "train_examples",
                "test_examples", "data_dir")
 

@@ -240,6 +240,7 @@ class TrainConfig:
     seed: int = 0
     steps_per_loop: int = 20
     checkpoint_every: int = 0  # steps; 0: only at epoch ends and on stop
+    keep_checkpoints: int = 0  # the newest N are kept on disk; 0: every one
     policy: str = "auto"
     api: str = "dataset"
     drop_remainder: bool = False
@@ -261,6 +262,7 @@ class TrainConfig:
         set_(self, "seed", check_int("seed", self.seed, low=0, high=MAX_SEED))
         set_(self, "steps_per_loop", check_int("steps per loop", self.steps_per_loop, high=10_000))
         set_(self, "checkpoint_every", check_int("checkpoint interval", self.checkpoint_every, low=0, high=10**9))
+        set_(self, "keep_checkpoints", check_int("checkpoints kept", self.keep_checkpoints, low=0, high=10**6))
         set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
         set_(self, "api", check_choice("input API", self.api, APIS))
         set_(self, "train_examples", check_int("train examples", self.train_examples, high=TRAIN_SIZE))
@@ -319,7 +321,8 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     # What a resume may change without invalidating the checkpoint.
-    RESUMABLE = ("epochs", "max_steps", "steps_per_loop", "checkpoint_every", "devices", "workers", "data_dir")
+    RESUMABLE = ("epochs", "max_steps", "steps_per_loop", "checkpoint_every", "keep_checkpoints", "devices", "workers",
+                 "data_dir")
 
     def resume_conflicts(self, saved: "TrainConfig") -> list[str]:
         """Fields that differ from the saved run and would make its checkpoint mean something else."""

@@ -148,7 +148,7 @@ class Controller:
             self.strategy = devices.make_strategy(config.devices)
         self.runner = StepRunner(self.strategy, config)
         self.saver = checkpoints.Saver(self.runner.checkpoint(), self.write_dir / "checkpoints",
-                                       read_folder=self.run_dir / "checkpoints")
+                                       read_folder=self.run_dir / "checkpoints", keep=config.keep_checkpoints)
         self.resume, self.resumed_from = resume, None
         if resume:
             self.resumed_from = self.restore(notes.append)

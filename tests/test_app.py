@@ -25,7 +25,7 @@ def form(count=2, batch=64, train_examples=2048, max_steps=20, epochs=1, **over)
     values = dict(count=count, boxes=[], batch=batch, policy="auto", api="dataset", model="cnn",
                   optimizer="adam", lr=0.001, epochs=epochs, max_steps=max_steps,
                   steps_per_loop=5, ckpt_every=0, seed=0, train_examples=train_examples,
-                  test_examples=500, drop=False, workers=1)
+                  test_examples=500, drop=False, workers=1, ckpt_keep=0)
     values.update(over)
     return list(values.values())
 
@@ -665,15 +665,16 @@ def test_resume_takes_the_setup_forms_resumable_fields_and_refuses_the_others(se
     assert ("Setup differs from run ra in model (the run: cnn, Setup: mlp), global batch size (the run: 64, "
             "Setup: 128)") in text and "set these back in 1 · Setup &amp; split" in text and "start a new run" in text
     text, _ = app.resume_run(settings, lock, "ra", *form(count=3, epochs=3, train_examples=6000, max_steps=0,
-                                                         steps_per_loop=10, ckpt_every=30))
+                                                         steps_per_loop=10, ckpt_every=30, ckpt_keep=4))
     assert "Resuming **ra** from ckpt-94, with epochs 1 → 3, steps per loop 5 → 10" in text
+    assert "checkpoints kept 0 (all) → 4" in text
     assert "devices cpu:0,cpu:1 → cpu:0,cpu:1,cpu:2" in text and "282 steps in all" in text
     assert launches[-1] == ("ra", ["--devices", "cpu:0,cpu:1,cpu:2", "--epochs", "3", "--max-steps", "0",
-                                   "--steps-per-loop", "10", "--checkpoint-every", "30"], 1)
+                                   "--steps-per-loop", "10", "--checkpoint-every", "30", "--keep-checkpoints", "4"], 1)
     # Onto 2 worker processes (cluster --resume): one CPU replica each, so no devices are passed.
     app.resume_run(settings, lock, "ra", *form(epochs=3, train_examples=6000, max_steps=0, workers=2))
     assert launches[-1] == ("ra", ["--epochs", "3", "--max-steps", "0", "--steps-per-loop", "5",
-                                   "--checkpoint-every", "0"], 2)
+                                   "--checkpoint-every", "0", "--keep-checkpoints", "0"], 2)
 
 
 def test_resume_lifts_a_max_steps_limit_and_names_the_limit_that_binds(settings, launches):
@@ -687,7 +688,7 @@ def test_resume_lifts_a_max_steps_limit_and_names_the_limit_that_binds(settings,
     for no_limit in (0, None):  # the form's "no limit": 0 or empty
         text, _ = app.resume_run(settings, lock, "long", *form(train_examples=20000, epochs=2, max_steps=no_limit))
         assert "Resuming **long** from ckpt-400, with max steps 400 → no limit; 626 steps in all" in text
-        assert launches[-1][1][-6:] == ["--max-steps", "0", "--steps-per-loop", "5", "--checkpoint-every", "0"]
+        assert launches[-1][1][-8:-2] == ["--max-steps", "0", "--steps-per-loop", "5", "--checkpoint-every", "0"]
     # Epochs bind (3 x 94 = 282 steps), not the raised max steps: the message says epochs.
     saved_run(settings.runs_root, "ra", 282, devices=("cpu:0", "cpu:1"), train_examples=6000, epochs=3,
               test_examples=500, steps_per_loop=5)
@@ -761,9 +762,9 @@ def test_wording_stop_point_replica_counts_and_worker_notes(settings):
 def test_a_runs_settings_fill_in_the_form_and_resume_with_them(settings, launches):
     saved_run(settings.runs_root, "src", 94, devices=("cpu:0", "cpu:1", "cpu:2"), global_batch=96, model="mlp",
               optimizer="sgd", learning_rate=0.05, seed=7, train_examples=6000, test_examples=500,
-              steps_per_loop=5, checkpoint_every=30, policy="data", drop_remainder=True, l2=0.001)
+              steps_per_loop=5, checkpoint_every=30, policy="data", drop_remainder=True, l2=0.001, keep_checkpoints=3)
     message, *values = app.load_run_settings(settings, "src")
-    assert values == [3, gr.skip(), 96, "data", "dataset", "mlp", "sgd", 0.05, 1, 0, 5, 30, 7, 6000, 500, True, 1]
+    assert values == [3, gr.skip(), 96, "data", "dataset", "mlp", "sgd", 0.05, 1, 0, 5, 30, 7, 6000, 500, True, 1, 3]
     assert "now holds run **src**'s settings" in message and "L2 weight (0.001)" in message
     values[8] = 2  # Epochs raised there: Resume takes the form as it now is
     text, _ = app.resume_run(settings, threading.Lock(), "src", *values)
@@ -778,7 +779,7 @@ def test_a_runs_settings_fill_in_the_form_and_resume_with_them(settings, launche
     stopped_before_training(settings.runs_root, "early")
     for name in ("early", None):
         message, *values = app.load_run_settings(settings, name)
-        assert is_error(message) and values == [gr.skip()] * 17
+        assert is_error(message) and values == [gr.skip()] * 18
 
 
 def test_a_page_keeps_following_its_own_run_and_evaluate_follows_it_too(settings):

@@ -194,6 +194,21 @@ def test_a_resume_with_max_steps_0_lifts_the_limit_and_a_refusal_names_the_limit
     assert runs.resume_config(run_dir, {"max_steps": "0"}).total_steps() == 626  # as `--max-steps 0` gives it
 
 
+def test_keep_checkpoints_keeps_the_newest_and_a_resume_may_change_how_many(tmp_path):
+    # Every checkpoint was kept: a long run with a checkpoint every few steps filled the disk.
+    run_dir = tmp_path / "kept"
+    common = ["--run-dir", str(run_dir), "--replicas", "2", "--train-examples", "640", "--test-examples", "100",
+              "--steps-per-loop", "5", "--checkpoint-every", "5"]  # 10 steps an epoch
+    assert cli("train", *common, "--epochs", "2", "--keep-checkpoints", "2").returncode == 0
+    assert runs.list_checkpoints(run_dir) == ["ckpt-15", "ckpt-20"]
+    result = cli("train", *common, "--epochs", "3", "--keep-checkpoints", "3", "--resume")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert runs.list_checkpoints(run_dir) == ["ckpt-20", "ckpt-25", "ckpt-30"]  # the first process's 15 too
+    assert runs.saved_config(run_dir).keep_checkpoints == 3
+    assert cli("evaluate", "--run-dir", str(run_dir), "--checkpoint", "ckpt-20").returncode == 0
+    assert cli("train", *common, "--epochs", "4", "--keep-checkpoints", "-1", "--resume").returncode == 2
+
+
 def test_loss_check_shows_the_two_mistakes():
     run = cli("loss-check", "--replicas", "4", "--global-batch", "64", "--json", check=True)
     assert "Using MirroredStrategy eagerly" not in run.stderr  # the step runs as a tf.function
