@@ -176,7 +176,7 @@ def fallback_devices() -> dict:
 def error_md(err) -> str:
     """A message for people, in red. Escaped: it may quote what was typed (a run name of
     `<img src=x onerror=...>` rendered as an image and a live link)."""
-    return f"<div class='dc-error'>⚠️ <b>{html.escape(str(err), quote=False)}</b></div>"
+    return f"<div class='dc-error' role='alert'>⚠️ <b>{html.escape(str(err), quote=False)}</b></div>"
 
 
 def eta_text(seconds) -> str:
@@ -186,11 +186,13 @@ def eta_text(seconds) -> str:
     return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def progress_bar(step: int, total: int, width: int = 24) -> str:
+def progress_bar(step: int, total: int) -> str:
+    """An HTML progress bar: a screen reader reads it as one (a bar of ▓ and ░ was read out
+    block by block; Gradio's Markdown drops aria-hidden)."""
     if not total:
         return ""
-    filled = round(width * min(step, total) / total)
-    return "▓" * filled + "░" * (width - filled) + f" {100 * min(step, total) / total:.0f}%"
+    done = min(step, total)
+    return f"<progress value='{done}' max='{total}'></progress> {100 * done / total:.0f}%"
 
 
 # ---------------------------------------------------------------- devices and batch
@@ -643,7 +645,7 @@ def status_md(p: jobs.Progress) -> str:
     lines = [f"**{p.name}** · **{p.state}** · step {p.step}{total} · epoch {p.epoch} · "
              f"{speed} · ETA {eta_text(p.eta_seconds)}"]
     if p.total_steps:
-        lines.append(f"`{progress_bar(p.step, p.total_steps)}`")
+        lines.append(progress_bar(p.step, p.total_steps))
     if p.message:
         lines.append(p.message)
     if p.state == "died":
@@ -861,6 +863,16 @@ def loss_row(label: str, value, error) -> str:
 CSS = """
 .dc-error { color: #b42318; background: #fef3f2; border: 1px solid #fecdca;
             border-radius: 6px; padding: 8px 12px; }
+/* Gradio's dark theme lights up bold text: on the light box it was unreadable (1.01:1). */
+.dc-error b { color: inherit; }
+.dark .dc-error { color: #fecdca; background: #55160c; border-color: #912018; }
+/* Plotly's toolbar: the buttons these plots need (download, zoom, pan, reset). The rest and
+   the logo were 10 Tab stops a plot, and at 320 px the logo sat on the title. */
+.modebar-btn--logo, .modebar-btn[data-title="Zoom in"], .modebar-btn[data-title="Zoom out"],
+.modebar-btn[data-title="Autoscale"], .modebar-btn[data-title="Box Select"],
+.modebar-btn[data-title="Lasso Select"] { display: none !important; }
+/* A table wider than a 320 px column scrolls rather than clipping its numbers' exponents. */
+#dc-loss table { display: block; overflow-x: auto; }
 #dc-logs textarea { font-family: monospace; font-size: 12px; }
 /* Log lines unwrapped on a phone (it scrolls sideways): wrapped, they overflowed the box,
    which opens at its top, and the newest line was out of sight. */
@@ -882,6 +894,17 @@ CSS = """
   #dc-loss td:not(:first-child) { white-space: nowrap; }
   #dc-loss td:first-child { min-width: 9em; } }
 """
+
+
+# The answers to a button (a started run, a plan's notes, an evaluation): a screen reader
+# announced none of them, as Gradio's Markdown is no live region. Errors are role="alert".
+LIVE = ["dc-live"]
+MARK_LIVE = """() => {
+  const mark = () => document.querySelectorAll('.dc-live:not([aria-live])').forEach(e => {
+    e.setAttribute('role', 'status'); e.setAttribute('aria-live', 'polite'); });
+  mark();  // and again as tabs render their content
+  new MutationObserver(mark).observe(document.body, {childList: true, subtree: true});
+}"""
 
 
 def device_inputs(settings: AppSettings, purpose: str = "", elem_id: str = "dc-devices", interactive=True):
@@ -1089,7 +1112,7 @@ def _setup_tab(settings: AppSettings, planner, bind) -> dict:
     show = gr.Button("Show split", variant="primary")
     # No label: the figure's title says what it shows, where Gradio's label covered its start.
     ui["split_plot"] = gr.Plot(label="Global batches × replicas", show_label=False, elem_id="dc-split")
-    ui["split_text"] = gr.Markdown()
+    ui["split_text"] = gr.Markdown(elem_classes=LIVE)
     note_inputs = [ui["batch"], ui["count"], ui["boxes"], ui["workers"]]
     for comp in note_inputs:
         comp.change(bind(batch_note, settings), note_inputs, ui["batch_note"],
@@ -1122,7 +1145,7 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) 
         start = gr.Button("Start training", variant="primary", scale=1)
         stop = gr.Button("Stop training", variant="stop", scale=1)
         resume = gr.Button("Resume", scale=1)
-    ui["message"] = gr.Markdown()
+    ui["message"] = gr.Markdown(elem_classes=LIVE)
     with gr.Row(equal_height=True):
         # allow_custom_value: after an app restart an open page's timer sends the run it shows,
         # which the new server's (still empty) choices would refuse with an error popup.
@@ -1131,7 +1154,7 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) 
         ui["use_settings"] = gr.Button("Use its settings in Setup", scale=1)
     ui["status"] = gr.Markdown("No run selected yet.")
     # No labels: the figures have titles, and on a phone a label covered the plot's toolbar.
-    ui["loss_plot"] = gr.Plot(label="Training loss per step", show_label=False)
+    ui["loss_plot"] = gr.Plot(label="Training loss per step", show_label=False, elem_id="dc-loss-plot")
     ui["epoch_plot"] = gr.Plot(label="Loss and accuracy per epoch", show_label=False)
     # Tall enough for all of log_text (2 x 12 lines and 2 headings): the newest lines are at the
     # bottom of each part, and a box that scrolls opened at its top, hiding them.
@@ -1140,7 +1163,7 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) 
     with gr.Accordion("Download this run", open=False):
         export = gr.Button("Export metrics CSV + config.json")
         ui["files"] = gr.File(label="Files", file_count="multiple", interactive=False)
-        ui["export_msg"] = gr.Markdown()
+        ui["export_msg"] = gr.Markdown(elem_classes=LIVE)
     sig = gr.State(None)  # per session: what the plots currently show
     view = [ui["status"], ui["loss_plot"], ui["epoch_plot"], ui["logs"]]
     # Explicit api_names: stable endpoints for gradio_client (tests/test_many_users.py).
@@ -1184,7 +1207,7 @@ def _evaluate_tab(settings: AppSettings, bind, followed) -> dict:
     ui["mode"].change(lambda mode: [gr.update(interactive=mode == ON_DEVICES)] * 2, ui["mode"],
                       [ui["count"], ui["boxes"]], show_progress="hidden", queue=False)
     go_button = gr.Button("Evaluate checkpoint", variant="primary")
-    ui["result"] = gr.Markdown()
+    ui["result"] = gr.Markdown(elem_classes=LIVE)
     ui["confusion"] = gr.Plot(label="Confusion matrix")
     # Full width, 4 across (16 images: 4 full rows): a caption as long as "✗ T-shirt/top → Ankle
     # boot" fits under its image. "fit-content", since Gradio gives height="auto" a 550 px box that
@@ -1217,7 +1240,7 @@ def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
         examples = gr.Number(value=0, label="Examples in the batch (0: the global batch size)",
                              info="fewer than the global batch size: a partial last batch")
     button = gr.Button("Check loss scaling", variant="primary")
-    result = gr.Markdown(elem_id="dc-loss")
+    result = gr.Markdown(elem_id="dc-loss", elem_classes=LIVE)
     button.click(bind(loss_check, settings), [setup["count"], setup["boxes"], setup["batch"], seed,
                                               setup["workers"], examples], result)
 
@@ -1249,7 +1272,7 @@ def main() -> None:
     threading.Thread(target=_warm_up, args=(demo.planner,), daemon=True).start()
     try:
         demo.queue(default_concurrency_limit=2).launch(
-            server_name=host, server_port=port, css=CSS, show_error=False,
+            server_name=host, server_port=port, css=CSS, js=MARK_LIVE, show_error=False,
         )
     except OSError as e:  # the port was taken after the check above
         sys.exit(f"error: cannot serve on {host}:{port}: {e}")

@@ -260,3 +260,27 @@ def test_evaluate_opened_first_follows_a_new_run(server, page, tmp_path):
     (run / "checkpoints" / "ckpt-5.index").write_text("")
     expect(page.get_by_role("combobox", name="Run", exact=True)).to_have_value("fresh (stopped)", timeout=30_000)
     expect(page.get_by_role("combobox", name="Checkpoint", exact=True)).to_have_value("ckpt-5", timeout=30_000)
+
+
+def test_errors_read_in_dark_mode_and_answers_are_announced(server, page):
+    # Accessibility QA: in the dark theme an error's bold text turned light on the light box
+    # (1.01:1); no answer to a button was a live region; Plotly's toolbar was 10 Tab stops a plot.
+    page.goto(server.rstrip("/") + "/?__theme=dark")
+    page.get_by_label("Global batch size").fill("")
+    page.get_by_label("Global batch size").press("Tab")
+    error = page.locator(".dc-error").first
+    expect(error).to_have_attribute("role", "alert", timeout=30_000)
+    contrast = page.evaluate("""() => {
+        const e = document.querySelector('.dc-error');
+        const lum = c => { const [r, g, b] = c.match(/\\d+/g).slice(0, 3).map(v => v / 255)
+            .map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+        const [a, b] = [getComputedStyle(e.querySelector('b')).color, getComputedStyle(e).backgroundColor].map(lum);
+        return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }""")
+    assert contrast >= 4.5, contrast
+    page.get_by_role("tab", name="2 · Train").click()
+    expect(page.locator(".dc-live").first).to_have_attribute("aria-live", "polite", timeout=30_000)
+    assert page.evaluate("() => [...document.querySelectorAll('.dc-live')].every(e => e.getAttribute('role') === 'status')")
+    page.locator("#dc-loss-plot").hover()
+    buttons = page.evaluate("""() => [...document.querySelectorAll('#dc-loss-plot .modebar-btn')]
+        .filter(a => getComputedStyle(a).display !== 'none').map(a => a.getAttribute('data-title'))""")
+    assert buttons and "Zoom in" not in buttons and len(buttons) <= 4, buttons
