@@ -898,12 +898,19 @@ CSS = """
 
 # The answers to a button (a started run, a plan's notes, an evaluation): a screen reader
 # announced none of them, as Gradio's Markdown is no live region. Errors are role="alert".
+# The log box is read-only rather than disabled: disabled, no keyboard could reach it to scroll
+# its long lines on a phone.
 LIVE = ["dc-live"]
 MARK_LIVE = """() => {
-  const mark = () => document.querySelectorAll('.dc-live:not([aria-live])').forEach(e => {
-    e.setAttribute('role', 'status'); e.setAttribute('aria-live', 'polite'); });
+  const mark = () => {
+    document.querySelectorAll('.dc-live:not([aria-live])').forEach(e => {
+      e.setAttribute('role', 'status'); e.setAttribute('aria-live', 'polite'); });
+    document.querySelectorAll('#dc-logs textarea[disabled]').forEach(t => { t.disabled = false; t.readOnly = true; });
+  };
   mark();  // and again as tabs render their content
-  new MutationObserver(mark).observe(document.body, {childList: true, subtree: true});
+  // (Gradio sets the log box's disabled again at times: attribute changes are watched too)
+  new MutationObserver(mark).observe(document.body, {childList: true, subtree: true, attributes: true,
+                                                   attributeFilter: ['disabled']});
 }"""
 
 

@@ -191,7 +191,33 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
     if tf_messages:
         lines.append("\n**TensorFlow logged:**")
         lines += [f"- `{m}`" for m in tf_messages[:5]]
-    return "\n".join(lines)
+    return "\n".join(lines) + split_table(plan)
+
+
+MAX_TABLE_STEPS = 200
+
+
+def split_table(plan: dict, max_rows: int = MAX_TABLE_STEPS) -> str:
+    """Every shown step's ids per replica as a table, folded away under the notes: the plot's
+    cells show the first few ids and its hover the rest, which a keyboard or a screen reader
+    could not reach, and past 12 steps the middle ones are not drawn (accessibility QA)."""
+    steps = plan.get("steps") or []
+    if not steps:
+        return ""
+    shown = plan.get("rows") or steps
+    replicas = int(plan.get("replicas") or len(steps[0]))
+    global_batch = int(plan.get("global_batch") or 0)
+    rows = shown_steps(len(steps), max_rows)
+    which = ("every step's" if len(rows) == len(steps) else
+             f"the first {max_rows // 2} and last {max_rows - max_rows // 2} steps'")
+    lines = ["", "", f"<details><summary>The split as a table: {which} ids, replica by replica</summary>", "",
+             "| step | " + " | ".join(f"replica {r}" for r in range(replicas)) + " |",
+             "|---" * (replicas + 1) + "|"]
+    for s in rows:
+        row = list(shown[s]) + [[]] * (replicas - len(shown[s]))
+        cells = [format_ids(sorted(ids), max_chars=10**9).replace(",", ", ") for ids in row]  # (wraps)
+        lines.append(f"| {_step_label(s, row, global_batch)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["", "</details>"])
 
 
 def step_records(metrics: list[dict]) -> list[dict]:

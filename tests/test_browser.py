@@ -264,7 +264,8 @@ def test_evaluate_opened_first_follows_a_new_run(server, page, tmp_path):
 
 def test_errors_read_in_dark_mode_and_answers_are_announced(server, page):
     # Accessibility QA: in the dark theme an error's bold text turned light on the light box
-    # (1.01:1); no answer to a button was a live region; Plotly's toolbar was 10 Tab stops a plot.
+    # (1.01:1); no answer to a button was a live region; the log box, disabled, took no focus;
+    # Plotly's toolbar was 10 Tab stops a plot.
     page.goto(server.rstrip("/") + "/?__theme=dark")
     page.get_by_label("Global batch size").fill("")
     page.get_by_label("Global batch size").press("Tab")
@@ -280,7 +281,11 @@ def test_errors_read_in_dark_mode_and_answers_are_announced(server, page):
     page.get_by_role("tab", name="2 · Train").click()
     expect(page.locator(".dc-live").first).to_have_attribute("aria-live", "polite", timeout=30_000)
     assert page.evaluate("() => [...document.querySelectorAll('.dc-live')].every(e => e.getAttribute('role') === 'status')")
-    page.locator("#dc-loss-plot").hover()
+    # The log box takes focus (to scroll its lines by keyboard) and no typing.
+    logs = page.locator("#dc-logs textarea")
+    logs.focus()
+    assert logs.evaluate("t => [t.disabled, t.readOnly, document.activeElement === t]") == [False, True, True]
+    expect(page.locator("#dc-loss-plot .modebar-btn").first).to_be_attached(timeout=30_000)
     buttons = page.evaluate("""() => [...document.querySelectorAll('#dc-loss-plot .modebar-btn')]
         .filter(a => getComputedStyle(a).display !== 'none').map(a => a.getAttribute('data-title'))""")
     assert buttons and "Zoom in" not in buttons and len(buttons) <= 4, buttons

@@ -1,5 +1,6 @@
 """distcore.plots: pure functions of plain data (no TensorFlow, no Gradio)."""
 import csv
+import re
 
 from hypothesis import given, settings, strategies as st
 
@@ -216,3 +217,18 @@ def test_a_long_run_plots_the_mean_of_each_few_steps():
     assert len(every.x) == 2000 and every.customdata is None  # up to 2,000 steps: every one, its own hover
     fig = plots.loss_figure(metrics[:4001] + [{"step": 3999, "loss": 1.0}], saved=[2000])  # (a resumed step)
     assert fig.layout.title.subtitle.text == "each point: the mean of 2 steps · dotted lines: checkpoints"
+
+
+def test_the_split_table_lists_every_steps_ids_the_plot_leaves_out():
+    # Accessibility QA: the ids past a cell's first few were only in the hover, which a keyboard or a
+    # screen reader cannot reach, and steps 7-58 of a 64-step plan were not drawn at all.
+    steps = [[[4 * s, 4 * s + 1], [4 * s + 2, 4 * s + 3]] for s in range(20)] + [[[80], []]]
+    plan = {"steps": steps, "replicas": 2, "global_batch": 4}
+    text = plots.split_summary(plan)
+    table = text[text.index("<details>"):]
+    assert table.endswith("</details>") and "every step's ids" in table
+    assert "| step 10 | 36, 37 | 38, 39 |" in table and "| step 21 (partial 1/4) | 80 | empty |" in table
+    assert len(plots.split_figure(plan).data[0].y) == 12  # the plot draws 12 of the 21
+    long = plots.split_table({"steps": [[list(range(100))]] * 300, "replicas": 1, "global_batch": 100})
+    assert "the first 100 and last 100 steps' ids" in long and "| step 300 | 0–99 |" in long
+    assert "| step 101 |" not in long and len(re.findall(r"\| step \d+", long)) == 200
