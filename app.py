@@ -882,6 +882,8 @@ CSS = """
   opacity: 0.45; cursor: not-allowed; }
 /* Two test images a row on a phone: at four, a caption's predicted class was cut off. */
 @media (max-width: 640px) { #dc-gallery .grid-container { --grid-cols: 2 !important; } }
+/* And at 320 px even two a row cut "✗ Shirt → Pul…": there a caption wraps. */
+@media (max-width: 400px) { #dc-gallery .caption-label { white-space: normal; } }
 /* Nor has a phone room for the ids of 5 or more replicas a row: they ran into each other.
    The cells keep their colours, and a tap shows a cell's ids. */
 @media (max-width: 640px) {

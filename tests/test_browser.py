@@ -114,7 +114,7 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     page.get_by_role("button", name="Show split").click()
     expect(page.get_by_text("150 examples → 3 global batches of 64 on 2 replicas")).to_be_visible(
         timeout=120_000)
-    expect(page.get_by_text("step 3 (partial 22/64)")).to_be_visible()
+    expect(page.locator("#dc-split").get_by_text("step 3 (partial 22/64)")).to_be_visible()  # (the table has it too)
     shot(page, tmp_path, "1-split")
     # 8 replicas: a phone has no room for the ids in the cells (they ran into each other), so
     # there the cells show colours only; a desktop shows the ids.
@@ -187,11 +187,15 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     expect(page.get_by_text(re.compile("^[✓✗] ")).first).to_be_visible()
     # Every caption fits under its image, the longest possible one too (written into a caption
     # here, so the check does not depend on what this model got wrong): none is cut off.
-    cut = page.evaluate("""() => [...document.querySelectorAll('*')]
+    captions_cut = """() => [...document.querySelectorAll('*')]
         .filter(el => el.children.length === 0 && /^[✓✗] /.test(el.textContent || ''))
         .map((el, i) => { if (i === 0) el.textContent = '✗ T-shirt/top → Ankle boot'; return el; })
-        .filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.textContent)""")
-    assert cut == [], f"captions cut off: {cut}"
+        .filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.textContent)"""
+    assert page.evaluate(captions_cut) == [], "captions cut off"
+    page.set_viewport_size({"width": 320, "height": 1000})  # WCAG's reflow width: "✗ Shirt → Pul…" (QA)
+    page.wait_for_timeout(500)
+    assert page.evaluate(captions_cut) == [], "captions cut off at 320 px"
+    page.set_viewport_size({"width": 1280, "height": 1000})
     shot(page, tmp_path, "4-evaluate")
     # Every test image shows on the page, on a desktop and on a phone: nothing in the gallery
     # scrolls in a box of its own.
