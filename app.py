@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -32,9 +33,27 @@ def server_port() -> int:
     return check_int("GRADIO_SERVER_PORT", os.environ.get("GRADIO_SERVER_PORT", "7860"), low=1, high=65535)
 
 
+def gradio_temp_dir() -> str | None:
+    """A folder of this user's own for Gradio's files when its default is another user's; None
+    keeps the default. The first Gradio app on a host makes /tmp/gradio (mode 0755): another
+    user's app then failed every Evaluate and Export with a bare "Error" (QA)."""
+    if os.environ.get("GRADIO_TEMP_DIR"):
+        return None
+    try:
+        tmp = Path(tempfile.gettempdir())
+    except FileNotFoundError as err:  # Gradio's import failed on it with a traceback
+        raise DistcoreError(f"{err}. Gradio keeps its files in a temporary folder: set TMPDIR to a folder you "
+                            "can write (with a read-only root filesystem, mount one at /tmp).") from None
+    shared = tmp / "gradio"
+    return str(tmp / f"gradio-{os.getuid()}") if shared.exists() and not os.access(shared, os.W_OK | os.X_OK) else None
+
+
 if __name__ == "__main__":  # Gradio reads GRADIO_SERVER_PORT with int() as it is imported
     try:
         server_port()
+        own_temp = gradio_temp_dir()
+        if own_temp:
+            os.environ["GRADIO_TEMP_DIR"] = own_temp
     except DistcoreError as e:
         sys.exit(f"error: {e}")
 

@@ -53,18 +53,29 @@ class FashionMNIST:
     source: str
 
 
+def home_folder() -> Path | None:
+    """The user's home; None for a user with none (no $HOME and no passwd entry, as `env -i`
+    or a container's `--user 12345` gives): Path.home() raised, and training failed with a
+    traceback although the Debian files were there (QA)."""
+    try:
+        return Path.home()
+    except RuntimeError:
+        return None
+
+
 def keras_caches() -> list[Path]:
     """Where keras.datasets.fashion_mnist.load_data() keeps the files: under $KERAS_HOME
     (default ~/.keras), or under /tmp/.keras when Keras cannot write there, as for a
     container's user with no home (keras.utils.get_file). Only ~/.keras was looked in."""
-    home = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras").expanduser()
-    return [home / "datasets" / "fashion-mnist", KERAS_TMP_HOME / "datasets" / "fashion-mnist"]
+    home = os.environ.get("KERAS_HOME") or (home_folder() and home_folder() / ".keras")
+    own = [Path(home).expanduser() / "datasets" / "fashion-mnist"] if home else []
+    return own + [KERAS_TMP_HOME / "datasets" / "fashion-mnist"]
 
 
 def candidate_dirs(data_dir=None) -> list[Path]:
     explicit = data_dir or os.environ.get("DISTCORE_DATA_DIR")
     dirs = [Path(explicit).expanduser()] if explicit else []
-    return dirs + [keras_caches()[0], DEBIAN_DIR]
+    return dirs + keras_caches()[:-1] + [DEBIAN_DIR]  # (Keras's /tmp one only after a download)
 
 
 def read_idx(path: Path, magic: int, shape: tuple[int, ...]) -> np.ndarray:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -162,7 +163,13 @@ def seed_everything(seed: int) -> None:
 # --- The file-backed form: TFRecord shards, so FILE/AUTO sharding has files to split. ---
 
 def cache_root() -> Path:
-    return Path(os.environ.get("DISTCORE_CACHE_DIR") or Path.home() / ".cache" / "distcore")
+    """$DISTCORE_CACHE_DIR, else ~/.cache/distcore, else (a user with no home) a folder of the
+    user's own in the temporary folder."""
+    from .data import home_folder
+
+    home = home_folder()
+    default = home / ".cache" / "distcore" if home else Path(tempfile.gettempdir()) / f"distcore-cache-{os.getuid()}"
+    return Path(os.environ.get("DISTCORE_CACHE_DIR") or default)
 
 
 def write_records(folder: Path, images: np.ndarray, labels: np.ndarray, shards: int = RECORD_SHARDS) -> list[str]:

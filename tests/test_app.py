@@ -835,3 +835,33 @@ def test_a_run_folder_under_a_name_the_app_does_not_take_is_named_not_passed_ove
     (settings.runs_root / "my run (copy)").rename(settings.runs_root / "my-run-copy")
     update = app.run_dropdown(settings)
     assert sorted(name for _, name in update["choices"]) == ["kept", "my-run-copy"] and update["info"] == ""
+
+
+def test_gradios_files_go_to_a_folder_of_this_users_own_when_the_shared_one_is_anothers(tmp_path, monkeypatch):
+    # QA: /tmp/gradio made by another user's app (0755): every Evaluate and Export said "Error".
+    import tempfile
+
+    monkeypatch.delenv("GRADIO_TEMP_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    assert app.gradio_temp_dir() is None  # no shared folder yet: Gradio's default
+    (tmp_path / "gradio").mkdir()
+    assert app.gradio_temp_dir() is None  # writable
+    theirs = str(tmp_path / "gradio")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == theirs else real_access(path, mode))
+    assert app.gradio_temp_dir() == str(tmp_path / f"gradio-{os.getuid()}")
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "mine"))
+    assert app.gradio_temp_dir() is None  # a folder asked for is kept
+
+
+def test_no_writable_temporary_folder_is_one_plain_error(monkeypatch):
+    # QA: a read-only root filesystem: Gradio's import failed with a traceback.
+    import tempfile
+
+    def none_usable():
+        raise FileNotFoundError("No usable temporary directory found in ['/tmp', '/var/tmp']")
+    monkeypatch.delenv("GRADIO_TEMP_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "gettempdir", none_usable)
+    with pytest.raises(app.DistcoreError, match=r"found in \['/tmp', '/var/tmp'\]\. Gradio keeps its files in a "
+                                                r"temporary folder: set TMPDIR"):
+        app.gradio_temp_dir()

@@ -1,4 +1,5 @@
 import gzip
+import os
 import shutil
 
 import numpy as np
@@ -60,6 +61,25 @@ def test_a_download_keras_kept_in_tmp_is_found(fmnist, tmp_path, monkeypatch):
     fetched = tmp_path / "tmp-keras" / "datasets" / "fashion-mnist"
     monkeypatch.setattr(keras.datasets.fashion_mnist, "load_data", lambda: copy_data(fmnist, fetched))
     assert data.locate(download=True) == fetched
+
+
+def test_a_user_with_no_home_finds_the_debian_files_and_gets_a_cache_folder(monkeypatch):
+    # QA: `env -i` or `--user 12345` (no $HOME, no passwd entry): Path.home() raised "Could not
+    # determine home directory." and training failed with a traceback, the Debian files there.
+    import pwd
+
+    from distcore import inputs
+
+    def no_entry(uid):
+        raise KeyError(uid)
+
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    for name in ("KERAS_HOME", "DISTCORE_DATA_DIR", "DISTCORE_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    assert data.home_folder() is None
+    assert data.locate(download=False) == data.DEBIAN_DIR
+    assert inputs.cache_root().name == f"distcore-cache-{os.getuid()}"
 
 
 def test_an_explicit_folder_missing_files_is_an_error_not_a_fallback(tmp_path, monkeypatch):
