@@ -917,21 +917,29 @@ CSS = """
 """
 
 
-# The answers to a button (a started run, a plan's notes, an evaluation): a screen reader
-# announced none of them, as Gradio's Markdown is no live region. Errors are role="alert".
-# The log box is read-only rather than disabled: disabled, no keyboard could reach it to scroll
-# its long lines on a phone.
+# The page's own script, run once at load, then at every change of the page (MutationObserver):
+# - The answers to a button (a started run, a plan's notes, an evaluation): a screen reader
+#   announced none of them, as Gradio's Markdown is no live region. Errors are role="alert".
+# - The log box is read-only rather than disabled: disabled, no keyboard could reach it to
+#   scroll its long lines on a phone (Gradio sets disabled again at times: that is watched too).
+# - Gradio mounts a new Plotly plot at every update of a gr.Plot and drops the old one without
+#   Plotly.purge, whose window resize handler then keeps it: a page following a training run
+#   grew by about 7,000 nodes and 8-10 MB a minute, never freed (QA). Purged, it stays flat.
 LIVE = ["dc-live"]
-MARK_LIVE = """() => {
+PAGE_SCRIPT = """() => {
   const mark = () => {
     document.querySelectorAll('.dc-live:not([aria-live])').forEach(e => {
       e.setAttribute('role', 'status'); e.setAttribute('aria-live', 'polite'); });
     document.querySelectorAll('#dc-logs textarea[disabled]').forEach(t => { t.disabled = false; t.readOnly = true; });
   };
-  mark();  // and again as tabs render their content
-  // (Gradio sets the log box's disabled again at times: attribute changes are watched too)
-  new MutationObserver(mark).observe(document.body, {childList: true, subtree: true, attributes: true,
-                                                   attributeFilter: ['disabled']});
+  const purge = records => records.forEach(r => r.removedNodes.forEach(n => {
+    if (!(n instanceof Element) || !window.Plotly) return;
+    const plots = n.matches('.js-plotly-plot') ? [n] : [...n.querySelectorAll('.js-plotly-plot')];
+    setTimeout(() => plots.filter(g => !g.isConnected).forEach(g => window.Plotly.purge(g)), 0);
+  }));
+  mark();
+  new MutationObserver(records => { mark(); purge(records); }).observe(document.body, {
+    childList: true, subtree: true, attributes: true, attributeFilter: ['disabled']});
 }"""
 
 
@@ -1300,7 +1308,7 @@ def main() -> None:
     threading.Thread(target=_warm_up, args=(demo.planner,), daemon=True).start()
     try:
         demo.queue(default_concurrency_limit=2).launch(
-            server_name=host, server_port=port, css=CSS, js=MARK_LIVE, show_error=False,
+            server_name=host, server_port=port, css=CSS, js=PAGE_SCRIPT, show_error=False,
         )
     except OSError as e:  # the port was taken after the check above
         sys.exit(f"error: cannot serve on {host}:{port}: {e}")
