@@ -109,6 +109,7 @@ TOY, FASHION = "toy", "fashion"
 NO_STRATEGY, ON_DEVICES = "none", "devices"
 MAX_WORKERS = 8
 REPEAT_SECONDS = 5  # a second Start with an empty name and the same form this soon is the same click
+CONFIRM_SECONDS = 10  # a second Stop this soon stops a run this page did not start
 
 ABOUT = """
 **What this is.** A `tf.distribute.MirroredStrategy` custom training loop on Fashion-MNIST.
@@ -402,6 +403,28 @@ def run_dir_of(settings: AppSettings, name) -> Path:
     if not run_dir.is_dir():
         raise DistcoreError(f"there is no run named {name!r}.")
     return run_dir
+
+
+def claiming(handler):
+    """A Start or Resume handler that also keeps, in this session's list `mine` (its first
+    argument, returned last), the run it started: the run picker's new value."""
+    def claim(mine, *args):
+        out = handler(*args)
+        started = out[1].get("value") if isinstance(out[1], dict) else None  # gr.skip(): nothing started
+        return (*out, [*(mine or []), started] if started else mine)
+    return claim
+
+
+def stop_click(settings: AppSettings, mine, armed, name):
+    """Stop training: at once for a run this page started or resumed; any other asks for a
+    second click within CONFIRM_SECONDS. A fresh page follows the newest running run, which
+    may be another user's, and one click stopped it (QA). Returns (message, armed)."""
+    now = time.time()
+    confirmed = bool(armed) and armed["name"] == name and now - armed["time"] < CONFIRM_SECONDS
+    if name in (mine or []) or confirmed or name not in jobs.active_runs(settings.runs_root):
+        return stop_run(settings, name), None
+    return (f"**{name}** was not started from this page: it may be another user's run. To stop it, "
+            f"press **Stop training** again within {CONFIRM_SECONDS} s.", {"name": name, "time": now})
 
 
 def stop_run(settings: AppSettings, name) -> str:
@@ -1204,11 +1227,13 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) 
     view = [ui["status"], ui["loss_plot"], ui["epoch_plot"], ui["logs"]]
     # Explicit api_names: stable endpoints for gradio_client (tests/test_many_users.py).
     recent = gr.State(None)  # per session: its last start with an empty name (start_click)
-    start.click(bind(start_click, settings, lock), [recent, ui["name"], *_train_form(setup)],
-                [ui["message"], ui["run"], recent], api_name="start_run")
-    stop.click(bind(stop_run, settings), ui["run"], ui["message"], api_name="stop_run")
-    resume.click(bind(resume_run, settings, lock), [ui["run"], *_train_form(setup)],
-                 [ui["message"], ui["run"]], api_name="resume_run")
+    mine = gr.State([])  # per session: the runs it started or resumed (claiming)
+    armed = gr.State(None)  # per session: a Stop of another run, waiting for its second click
+    start.click(claiming(bind(start_click, settings, lock)), [mine, recent, ui["name"], *_train_form(setup)],
+                [ui["message"], ui["run"], recent, mine], api_name="start_run")
+    stop.click(bind(stop_click, settings), [mine, armed, ui["run"]], [ui["message"], armed], api_name="stop_run")
+    resume.click(claiming(bind(resume_run, settings, lock)), [mine, ui["run"], *_train_form(setup)],
+                 [ui["message"], ui["run"], mine], api_name="resume_run")
     refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"],
                   api_name="refresh_runs")
     ui["run"].change(bind(run_view, settings), ui["run"], view, api_name="run_view")

@@ -865,3 +865,29 @@ def test_no_writable_temporary_folder_is_one_plain_error(monkeypatch):
     with pytest.raises(app.DistcoreError, match=r"found in \['/tmp', '/var/tmp'\]\. Gradio keeps its files in a "
                                                 r"temporary folder: set TMPDIR"):
         app.gradio_temp_dir()
+
+
+def test_stopping_a_run_this_page_did_not_start_takes_a_second_click(settings, monkeypatch):
+    # Crowd QA: a fresh page follows the newest running run, another user's, and one click stopped it.
+    stopped = []
+    monkeypatch.setattr(app.jobs, "active_runs", lambda root: ["theirs", "mine"])
+    monkeypatch.setattr(app, "stop_run", lambda settings, name: stopped.append(name) or f"Stopping **{name}**")
+    text, armed = app.stop_click(settings, [], None, "theirs")
+    assert "**theirs** was not started from this page" in text and "again within 10 s" in text and stopped == []
+    assert app.stop_click(settings, [], armed, "theirs") == ("Stopping **theirs**", None) and stopped == ["theirs"]
+    assert app.stop_click(settings, ["mine"], None, "mine")[0] == "Stopping **mine**"  # its own: at once
+    armed["time"] -= 11
+    assert "not started from this page" in app.stop_click(settings, [], armed, "theirs")[0]  # too late
+    assert "not started from this page" in app.stop_click(settings, [], {**armed, "name": "mine"}, "theirs")[0]
+    assert app.stop_click(settings, [], None, "gone")[0] == "Stopping **gone**"  # not running: stop_run says so
+    assert stopped == ["theirs", "mine", "gone"]
+
+
+def test_a_start_or_resume_notes_the_run_as_this_pages(settings):
+    def started(*args):
+        return "Started **r**", {"__type__": "update", "value": "r"}
+
+    def refused(*args):
+        return "<div class='dc-error'>no</div>", gr.skip()
+    assert app.claiming(started)(["a"], "x")[-1] == ["a", "r"]
+    assert app.claiming(refused)(["a"], "x") == ("<div class='dc-error'>no</div>", gr.skip(), ["a"])

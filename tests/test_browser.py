@@ -177,7 +177,11 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     expect(other.get_by_text(re.compile(r"browser-run · running · step \d+"))).to_be_visible(
         timeout=30_000)
     expect(other.get_by_role("combobox", name="Run to follow")).to_have_value("browser-run (running)")
+    # It did not start the run: one click on Stop does not stop it (another user's, perhaps).
+    other.get_by_role("button", name="Stop training").click()
+    expect(other.get_by_text("browser-run was not started from this page")).to_be_visible(timeout=30_000)
     other.close()
+    expect(page.get_by_text(re.compile(r"browser-run · running"))).to_be_visible()
 
     page.get_by_role("button", name="Stop training").click()
     expect(page.get_by_text(re.compile(r"browser-run · stopped"))).to_be_visible(timeout=120_000)
