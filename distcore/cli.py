@@ -334,8 +334,7 @@ def cmd_planner(args) -> int:
 
 
 TRAIN_FLAGS = ("global_batch", "epochs", "max_steps", "seed", "steps_per_loop", "checkpoint_every", "keep_checkpoints",
-               "model",
-               "optimizer", "learning_rate", "l2", "policy", "api", "drop_remainder", "train_examples",
+               "model", "optimizer", "learning_rate", "l2", "policy", "api", "drop_remainder", "train_examples",
                "test_examples", "data_dir")
 
 

@@ -67,8 +67,9 @@ def keras_caches() -> list[Path]:
     """Where keras.datasets.fashion_mnist.load_data() keeps the files: under $KERAS_HOME
     (default ~/.keras), or under /tmp/.keras when Keras cannot write there, as for a
     container's user with no home (keras.utils.get_file). Only ~/.keras was looked in."""
-    home = os.environ.get("KERAS_HOME") or (home_folder() and home_folder() / ".keras")
-    own = [Path(home).expanduser() / "datasets" / "fashion-mnist"] if home else []
+    home = home_folder()
+    keras_home = os.environ.get("KERAS_HOME") or (home / ".keras" if home else None)
+    own = [Path(keras_home).expanduser() / "datasets" / "fashion-mnist"] if keras_home else []
     return own + [KERAS_TMP_HOME / "datasets" / "fashion-mnist"]
 
 

@@ -378,7 +378,8 @@ def test_the_checkpoints_line_says_it_shows_the_newest_five_of_more():
     five = app.status_md(jobs.Progress(**{**progress.__dict__, "checkpoints": progress.checkpoints[:5]}))
     assert "Checkpoints: ckpt-1, ckpt-2, ckpt-3, ckpt-4, ckpt-5" in five
     # A progress element, which a screen reader reads as one (a bar of ▓ was read block by block).
-    assert "<progress value='7' max='14'></progress> 50%" in app.status_md(jobs.Progress(**{**progress.__dict__, "step": 7}))
+    halfway = jobs.Progress(**{**progress.__dict__, "step": 7})
+    assert "<progress value='7' max='14'></progress> 50%" in app.status_md(halfway)
 
 
 def test_the_speed_says_whether_it_is_the_last_loops_or_the_runs_mean():

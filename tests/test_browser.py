@@ -293,13 +293,15 @@ def test_errors_read_in_dark_mode_and_answers_are_announced(server, page):
     contrast = page.evaluate("""() => {
         const e = document.querySelector('.dc-error');
         const lum = c => { const [r, g, b] = c.match(/\\d+/g).slice(0, 3).map(v => v / 255)
-            .map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+            .map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+            return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
         const [a, b] = [getComputedStyle(e.querySelector('b')).color, getComputedStyle(e).backgroundColor].map(lum);
         return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }""")
     assert contrast >= 4.5, contrast
     page.get_by_role("tab", name="2 · Train").click()
     expect(page.locator(".dc-live").first).to_have_attribute("aria-live", "polite", timeout=30_000)
-    assert page.evaluate("() => [...document.querySelectorAll('.dc-live')].every(e => e.getAttribute('role') === 'status')")
+    assert page.evaluate("() => [...document.querySelectorAll('.dc-live')]"
+                         ".every(e => e.getAttribute('role') === 'status')")
     # The log box takes focus (to scroll its lines by keyboard) and no typing.
     logs = page.locator("#dc-logs textarea")
     logs.focus()

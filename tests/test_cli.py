@@ -267,7 +267,8 @@ def test_the_cluster_launcher_refuses_what_its_workers_would_refuse_before_start
     result = cli("cluster", "--workers", "2", "--run-dir", str(finished_run), "--json", timeout=60)
     assert result.returncode == 2
     assert json.loads(result.stdout)["error"] == (
-        f"{finished_run} already holds a run: resume it (--resume; resume=True in Python), or pick another run directory.")
+        f"{finished_run} already holds a run: resume it (--resume; resume=True in Python), or pick another run "
+        "directory.")
     assert run_files(finished_run) == before  # still finished: no worker ran, nothing marked failed
     result = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "new"), "--global-batch", "3",
                  "--api", "function", timeout=60)
