@@ -809,7 +809,7 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
         # ↻ Refresh can arrive before the refresh has filled the dropdown in.
         checkpoint = checkpoint or saved[-1]
         if checkpoint not in saved:
-            raise DistcoreError(f"choose one of run {run_dir.name!r}'s checkpoints.")
+            raise DistcoreError(runs.missing_checkpoint(run_dir, checkpoint, saved))
         args = ["evaluate", "--run-dir", str(run_dir), "--checkpoint", checkpoint, "--details"]
         if mode == NO_STRATEGY:
             args.append("--no-strategy")

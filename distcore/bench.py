@@ -429,7 +429,7 @@ def main(args) -> int:
     warmup = check_int("warmup", args.warmup if args.warmup is not None else DEFAULT_WARMUP, low=1, high=10_000)
     memory_steps = check_int("memory steps", args.memory_steps if args.memory_steps is not None else 200, high=100_000)
     log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
-    with sigterm_as_ctrl_c():
+    with stops_as_ctrl_c():
         report = run(replicas, steps, repeats, warmup, memory_steps, quick=args.quick,
                      same_threads=args.same_threads, log=log)
     print(json.dumps(report) if args.json else format_report(report), flush=True)
@@ -437,20 +437,21 @@ def main(args) -> int:
 
 
 @contextlib.contextmanager
-def sigterm_as_ctrl_c():
-    """A SIGTERM takes Ctrl-C's way out, through the clean-ups (contenders asked to stop, the
-    train measurement's folder removed): it killed the bench at once, its workers went with
-    it (die_with_parent), and their autograph files stayed in TMPDIR (QA)."""
+def stops_as_ctrl_c():
+    """A SIGTERM or SIGHUP takes Ctrl-C's way out, through the clean-ups (contenders asked to
+    stop, the train measurement's folder removed): it killed the bench at once, its workers
+    went with it (die_with_parent), and their autograph files stayed in TMPDIR (QA)."""
     from .stopping import interruption
 
     def interrupt(signum, frame):
         raise interruption(signum)
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def add_arguments(parser) -> None:

@@ -162,7 +162,7 @@ def find(run_dir, name: str | None) -> tuple[str, int]:
         name = names[-1]
     step = runs.checkpoint_step(name)
     if name not in names:
-        raise DistcoreError(f"run {Path(run_dir).name} has no checkpoint {name}; it has: {', '.join(names)}.")
+        raise DistcoreError(runs.missing_checkpoint(run_dir, name, names))
     return name, step
 
 

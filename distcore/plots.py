@@ -267,7 +267,9 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float =
     steps = step_records(metrics)
     x, y, per_point, first = binned_losses(steps)
     # A binned point's hover names the steps it averages, not only its last one.
-    ranged = {"customdata": first, "hovertemplate": "steps %{customdata}–%{x}<br>mean loss %{y}<extra></extra>"}
+    # (",d": the x value took the axis's "10.392k" beside a raw first step.)
+    ranged = {"customdata": first,
+              "hovertemplate": "steps %{customdata:,d}–%{x:,d}<br>mean loss %{y:.4f}<extra></extra>"}
     fig = go.Figure(go.Scatter(
         x=x, y=y, mode="lines+markers" if len(steps) < 60 else "lines", name="training loss",
         marker={"size": 4}, **(ranged if per_point > 1 else {}),

@@ -278,6 +278,19 @@ def no_checkpoint(run_dir) -> str:
     return f"run {Path(run_dir).name} has no checkpoints yet."
 
 
+def missing_checkpoint(run_dir, name: str, names: list[str]) -> str:
+    """Why a run's checkpoint `name` is not among `names` (its checkpoints on disk, oldest first).
+    A run that keeps its newest N deletes older ones while it trains: Evaluate said "choose one
+    of run 'r''s checkpoints." of one picked a moment before (QA)."""
+    listed = ", ".join(names[-5:]) + (f" (and {len(names) - 5} older)" if len(names) > 5 else "")
+    text = f"run {Path(run_dir).name} has no checkpoint {name}; it has: {listed}."
+    keep = (read_json(Path(run_dir) / "config.json") or {}).get("keep_checkpoints")
+    if keep:
+        text += (f" It keeps its newest {keep} (checkpoints kept: --keep-checkpoints) and deletes older ones "
+                 "as it saves new ones.")
+    return text
+
+
 def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
     """The saved run's configuration with `overrides` applied, for a resume.
 

@@ -892,3 +892,17 @@ def test_a_start_or_resume_notes_the_run_as_this_pages(settings):
         return "<div class='dc-error'>no</div>", gr.skip()
     assert app.claiming(started)(["a"], "x")[-1] == ["a", "r"]
     assert app.claiming(refused)(["a"], "x") == ("<div class='dc-error'>no</div>", gr.skip(), ["a"])
+
+
+def test_evaluate_names_a_checkpoint_pruned_since_it_was_picked(settings):
+    # Retest QA: with Checkpoints kept, a checkpoint picked a moment before was deleted by the
+    # training run, and Evaluate said "choose one of run 'own2''s checkpoints."
+    run = saved_run(settings.runs_root, "own2", 2200, devices=("cpu:0",), keep_checkpoints=2)
+    (run / "checkpoints" / "ckpt-2000.index").write_text("")
+    md = app.evaluate(settings, "own2", "ckpt-1800", app.NO_STRATEGY, 2, [])[0]
+    assert is_error(md) and ("run own2 has no checkpoint ckpt-1800; it has: ckpt-2000, ckpt-2200. It keeps its "
+                             "newest 2 (checkpoints kept: --keep-checkpoints) and deletes older ones") in md
+    for step in range(1, 8):
+        (run / "checkpoints" / f"ckpt-{step}.index").write_text("")
+    assert "it has: ckpt-5, ckpt-6, ckpt-7, ckpt-2000, ckpt-2200 (and 4 older)." in app.evaluate(
+        settings, "own2", "ckpt-9", app.NO_STRATEGY, 2, [])[0]

@@ -6,8 +6,11 @@ handful of steps so the whole thing takes about a minute.
 
 import json
 import os
+import signal
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 from distcore import bench, devices
@@ -127,11 +130,10 @@ def test_a_replica_count_over_the_limit_names_the_limit(capsys):
         "process can have), e.g. 1,2,4.")
 
 
-def test_a_stopped_bench_leaves_no_worker_and_no_file_behind(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stopped_bench_leaves_no_worker_and_no_file_behind(tmp_path, sig):
     # QA: SIGTERM to `bench` left its contenders' processes measuring for up to 75 s; killed
-    # with the bench instead, they left autograph's files in TMPDIR.
-    import signal
-
+    # with the bench instead, they left autograph's files in TMPDIR. SIGHUP killed it outright.
     from conftest import wait_for
 
     args = ["bench", "--replicas", "1", "--steps", "4", "--repeats", "1", "--warmup", "2", "--quick", "--json"]
@@ -151,10 +153,10 @@ def test_a_stopped_bench_leaves_no_worker_and_no_file_behind(tmp_path):
     children = wait_for(lambda: len(contenders()) == 4 and list(tmp_path.glob("__autograph_generated_file*"))
                         and contenders(), timeout=180, poll=0.05)  # all four up, and tracing
     assert children and proc.poll() is None
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=90)
-    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in stderr, stderr[-2000:]
-    assert stderr.splitlines()[-1] == "stopped (SIGTERM).", stderr[-2000:]  # (it said "Ctrl-C")
+    assert proc.returncode == 128 + sig and "Traceback" not in stderr, stderr[-2000:]
+    assert stderr.splitlines()[-1] == f"stopped ({sig.name}).", stderr[-2000:]  # (it said "Ctrl-C")
     alive = lambda pid: status(pid) and "State:\tZ" not in status(pid)  # noqa: E731 (a zombie is gone)
     assert not any(alive(pid) for pid in children)
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -212,7 +212,7 @@ def test_a_long_run_plots_the_mean_of_each_few_steps():
     fig = plots.loss_figure(metrics)
     assert list(fig.data[0].x[:2]) == [2, 4] and len(fig.data[0].x) == 2000
     assert set(fig.data[0].y) == {0.5} and fig.layout.title.subtitle.text == "each point: the mean of 2 steps"
-    assert list(fig.data[0].customdata[:2]) == [1, 3] and "steps %{customdata}–%{x}" in fig.data[0].hovertemplate
+    assert list(fig.data[0].customdata[:2]) == [1, 3] and "steps %{customdata:,d}–%{x:,d}" in fig.data[0].hovertemplate
     every = plots.loss_figure(metrics[:2000]).data[0]
     assert len(every.x) == 2000 and every.customdata is None  # up to 2,000 steps: every one, its own hover
     fig = plots.loss_figure(metrics[:4001] + [{"step": 3999, "loss": 1.0}], saved=[2000])  # (a resumed step)
