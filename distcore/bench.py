@@ -441,17 +441,13 @@ def stops_as_ctrl_c():
     """A SIGTERM or SIGHUP takes Ctrl-C's way out, through the clean-ups (contenders asked to
     stop, the train measurement's folder removed): it killed the bench at once, its workers
     went with it (die_with_parent), and their autograph files stayed in TMPDIR (QA)."""
-    from .stopping import interruption
+    from .stopping import handling, interruption
 
     def interrupt(signum, frame):
         raise interruption(signum)
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
+    with handling((signal.SIGTERM, signal.SIGHUP), interrupt):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def add_arguments(parser) -> None:

@@ -489,12 +489,8 @@ def stops_before_launch():
     def stop(signum, frame):
         raise StoppedBeforeLaunch
 
-    previous = {sig: signal.signal(sig, stop) for sig in stopping.STOPS}
-    try:
+    with stopping.handling(stopping.STOPS, stop):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def physical_gpus_without_tf() -> int:

@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from .config import DistcoreError
+from .data import home_folder
 
 POLICY = {
     "auto": tf.data.experimental.AutoShardPolicy.AUTO,
@@ -165,8 +166,6 @@ def seed_everything(seed: int) -> None:
 def cache_root() -> Path:
     """$DISTCORE_CACHE_DIR, else ~/.cache/distcore, else (a user with no home) a folder of the
     user's own in the temporary folder."""
-    from .data import home_folder
-
     home = home_folder()
     default = home / ".cache" / "distcore" if home else Path(tempfile.gettempdir()) / f"distcore-cache-{os.getuid()}"
     return Path(os.environ.get("DISTCORE_CACHE_DIR") or default)

@@ -48,6 +48,17 @@ def interruption(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else StopSignal(signum)
 
 
+@contextlib.contextmanager
+def handling(signals, handler):
+    """`handler` for `signals` meanwhile, then the handlers they had (main thread only)."""
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, earlier in previous.items():
+            signal.signal(sig, earlier)
+
+
 # How autograph names the module of each function it converts (tensorflow/python/autograph/pyct/loader.py).
 AUTOGRAPH_MODULE_PREFIX = "__autograph_generated_file"
 
