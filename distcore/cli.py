@@ -442,8 +442,17 @@ def cmd_cluster(args) -> int:
         raise
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
     launched = time.time()
-    outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
-                             gpus_per_worker=per_worker if gpus else 0)
+    # Around launch, which passes stops on to the workers meanwhile: once they are gone there is
+    # nothing to stop, and a SIGTERM right after the run finished killed the launcher (-15).
+    # A handler that does nothing, not SIG_IGN, which would drop a stop held for the workers.
+    with stopping.handling(stopping.STOPS, lambda signum, frame: None):
+        outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
+                                 gpus_per_worker=per_worker if gpus else 0)
+        return cluster_outcome(args, workers, outcome, launched)
+
+
+def cluster_outcome(args, workers: int, outcome: cluster.Outcome, launched: float) -> int:
+    """What the launcher says once its workers are gone, from their outcome and the run's files."""
     if not args.json:  # the chief's notes went to its log, as its stderr does
         for record in runs.read_metrics(args.run_dir):
             if record.get("time", 0) >= launched:

@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import math
 import re
 import shutil
 import tempfile
@@ -430,7 +431,9 @@ class MetricsLog:
             raise DistcoreError(f"cannot write {self.path}: {err.strerror or err}.") from None
 
     def write(self, record: dict) -> dict:
-        record = {**record, "time": round(time.time(), 3)}
+        # Milliseconds, cut, not rounded: rounded up, a record could read as written after a
+        # status.json written a moment later (jobs.logged_end), and a run that died read "failed".
+        record = {**record, "time": math.floor(time.time() * 1000) / 1000}
         try:
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()
