@@ -225,27 +225,25 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     in_main = threading.current_thread() is threading.main_thread()  # signals can only be set there
     # Installed before the first worker starts, so no stop request can end the launcher
     # and leave workers behind.
-    previous = {sig: signal.signal(sig, forward) for sig in stopping.STOPS} if in_main else {}
-    try:
-        with held_stops(in_main):
-            for index, tf_config in enumerate(local_tf_configs(workers)):
-                env = worker_env(index, tf_config, workers, gpus_per_worker, scratch)
-                log = open(log_dir / f"worker-{index}.log", "w")
-                out = open(log_dir / f"worker-{index}.out", "w")
-                files += [log, out]
-                stdout = chief_stdout if index == 0 and chief_stdout is not None else out
-                procs.append(subprocess.Popen([sys.executable, "-m", "distcore", *worker_args], env=env,
-                                              stdout=stdout, stderr=log, text=True))
-                (Path(scratch) / f"worker-{procs[-1].pid}.pid").touch()  # for launcher_scratch (a chief has no folder)
-        outcome = watch(procs, log_dir, timeout)
-        outcome.stop_requested = asked[0] if asked else None
-    finally:
-        stop_all(procs)  # nothing left to stop unless start-up or watching failed
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for f in files:
-            f.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+    with stopping.handling(stopping.STOPS if in_main else (), forward):
+        try:
+            with held_stops(in_main):
+                for index, tf_config in enumerate(local_tf_configs(workers)):
+                    env = worker_env(index, tf_config, workers, gpus_per_worker, scratch)
+                    log = open(log_dir / f"worker-{index}.log", "w")
+                    out = open(log_dir / f"worker-{index}.out", "w")
+                    files += [log, out]
+                    stdout = chief_stdout if index == 0 and chief_stdout is not None else out
+                    procs.append(subprocess.Popen([sys.executable, "-m", "distcore", *worker_args], env=env,
+                                                  stdout=stdout, stderr=log, text=True))
+                    (Path(scratch) / f"worker-{procs[-1].pid}.pid").touch()  # for launcher_scratch (a chief has no folder)
+            outcome = watch(procs, log_dir, timeout)
+            outcome.stop_requested = asked[0] if asked else None
+        finally:
+            stop_all(procs)  # nothing left to stop unless start-up or watching failed, and before
+            for f in files:  # the earlier handlers are back
+                f.close()
+            shutil.rmtree(scratch, ignore_errors=True)
     if own_logs and outcome.failed is None:
         shutil.rmtree(log_dir, ignore_errors=True)  # kept after a failure, for the post-mortem
     elif own_logs:
