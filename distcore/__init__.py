@@ -10,13 +10,18 @@ Modules, one idea each:
   inputs       tf.data pipelines, TFRecord shards, the two distribute APIs
   split        split plans: which ids each replica receives, by running tf.distribute
   model        the tutorial CNN and the guide's MLP
+  optimizer    FusedAdam: Keras's Adam as one fused kernel per variable
   loop         the inner loop: one replica step, N steps per tf.function call
   controller   the outer loop: when to log, test, checkpoint, stop
+  stopping     stop requests (signals, StopFlag) and how a stopped process ends
   checkpoints  save, checked restore with fallback, evaluation on any device set
+  events       TensorBoard event files of a run
+  cluster      MultiWorkerMirroredStrategy: TF_CONFIG, and W local worker processes
   losscheck    the loss-scaling demonstration
   runs         run directories (config.json, metrics.jsonl, status.json, checkpoints/)
   jobs         background training processes and the planner service (for the app)
   plots        plotly figures from plain data
+  bench        `python -m distcore bench`: throughput against the tutorial and Keras fit
   cli          `python -m distcore`
 """
 

@@ -424,6 +424,8 @@ def main(args) -> int:
                             f"{MAX_LOGICAL_CPUS} (the logical CPU devices a process can have), e.g. 1,2,4.") from None
     if not replicas:
         raise DistcoreError("--replicas is empty: give counts such as 1,2,4.")
+    if len(set(replicas)) < len(replicas):  # (1,1 measured the same set twice, as two rows)
+        raise DistcoreError(f"--replicas ({args.replicas!r}) lists a count twice: give each once, e.g. 1,2,4.")
     steps = check_int("steps", args.steps if args.steps is not None else DEFAULT_STEPS, high=100_000)
     repeats = check_int("repeats", args.repeats if args.repeats is not None else DEFAULT_REPEATS, high=100)
     warmup = check_int("warmup", args.warmup if args.warmup is not None else DEFAULT_WARMUP, low=1, high=10_000)

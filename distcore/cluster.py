@@ -217,6 +217,9 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
     procs, files, asked = [], [], []
 
     def forward(signum, _frame):
+        if not asked:  # the workers' own words go to their logs
+            os.write(2, f"distcore: passing the stop on to the {workers} workers; they stop at the end of their "
+                        "loop of steps, with a checkpoint.\n".encode())
         asked.append(signum)
         for p in procs:
             if p.poll() is None:

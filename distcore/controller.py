@@ -80,7 +80,8 @@ resume_config = runs.resume_config
 class Controller:
     def __init__(self, config: TrainConfig, run_dir, *, resume: bool = False, stop: StopFlag | None = None,
                  on_record=None):
-        """`config` is the run's configuration; for a resume, build it with `resume_config`.
+        """`config` is the run's configuration; for a resume, build it with `runs.resume_config`
+        (also `controller.resume_config`).
 
         With `config.workers > 1` this process is one worker of a TF_CONFIG cluster:
         the chief writes `run_dir`, the others a temporary folder of their own.
@@ -90,11 +91,11 @@ class Controller:
         self.on_record = on_record or (lambda record: None)
         self.lock = self.write_dir = None
         self.task = cluster.Task(workers=1, index=0)
-        self.wrote_config = False
+        self.wrote_config = self.ran = self.closed = False
         try:
             self.claim(resume)
         except BaseException as err:
-            self.close()  # a notebook's next try must not find the run locked by this one
+            self.release()  # a notebook's next try must not find the run locked by this one
             failure = self.let_go(err, resume)
             if failure is not err:
                 raise failure from None
@@ -109,8 +110,8 @@ class Controller:
             if resume:  # nothing changed: a finished run was marked "failed"
                 self.stop.withdraw()
             return err
-        if not resume:  # nothing trained: the same call, fixed, starts it (it was "already holds a run")
-            (self.run_dir / "config.json").unlink(missing_ok=True)
+        if not resume and not runs.list_checkpoints(self.run_dir):  # nothing trained: the same call, fixed,
+            (self.run_dir / "config.json").unlink(missing_ok=True)  # starts it (it was "already holds a run")
         state, message = (("stopped", stopping.BEFORE_TRAINING) if isinstance(err, KeyboardInterrupt)
                           else ("failed", failure_message(err)))
         stopping.mark_state(self.run_dir, os.getpid(), state, message, only_from="starting")
@@ -122,6 +123,7 @@ class Controller:
         if not tf.executing_eagerly():  # (its failure came at the first step, the run left "starting")
             raise DistcoreError("distcore needs TensorFlow's eager execution, which is on unless turned off "
                                 "(tf.compat.v1.disable_eager_execution()): train in a process that leaves it on.")
+        devices.check_thread_variables()
         if config.workers > 1:
             self.task = cluster.current_task()
         if self.task.workers != config.workers:
@@ -216,8 +218,17 @@ class Controller:
 
     def close(self) -> None:
         """Let go of the run directory (run() does when it ends), so another Controller may train
-        it, and remove a non-chief worker's scratch folder (a worker refused before training
-        left it behind)."""
+        it. Closed before it ran, it leaves the run as a set-up stopped before training does:
+        "stopped before training began", and a new run's name free again (it left a run that
+        read "died" and whose name was taken, QA)."""
+        if self.wrote_config and not self.ran and not self.closed:
+            self.let_go(KeyboardInterrupt(), self.resume)
+        self.closed = True
+        self.release()
+
+    def release(self) -> None:
+        """Unlock the run, and remove a non-chief worker's scratch folder (a worker refused
+        before training left it behind)."""
         if self.lock is not None:
             self.lock.release()
         if self.write_dir is not None and not self.task.is_chief:
@@ -296,11 +307,16 @@ class Controller:
     def set_status(self, state: str, **extra) -> None:
         record = {"state": state, "pid": os.getpid(), "step": int(self.runner.step.numpy()),
                   "total_steps": self.config.total_steps(), "time": time.time(), **extra}
-        runs.write_json_atomic(self.write_dir / "status.json", record)
+        runs.write_status(self.write_dir, record)
 
     # --- the loop -----------------------------------------------------------------------
 
     def run(self) -> dict:
+        if self.closed:  # it trained on without the run's lock, beside another process (QA)
+            raise DistcoreError(f"this Controller has let go of {self.run_dir} (it ran, or close() was called): "
+                                "to train the run again, make a new one: Controller(resume_config(run_dir), "
+                                "run_dir, resume=True).")
+        self.ran = True
         step = int(self.runner.step.numpy())
         total = self.config.total_steps()
         # From here a stop request waits for the loop: set before the start event, or a stop
@@ -310,6 +326,7 @@ class Controller:
         self.set_status("running")
         try:
             with self.stop.interrupts():
+                self.test_unlogged(step)
                 while not self.finished() and not self.stopping():
                     self.run_epoch(total)
             step = int(self.runner.step.numpy())
@@ -333,6 +350,19 @@ class Controller:
             with contextlib.suppress(tf.errors.OpError):  # its last flush fails again on a full disk
                 self.writer.close()
             self.close()
+
+    def test_unlogged(self, step: int) -> None:
+        """Test the checkpoint resumed from when the log has no record of it: its process was
+        killed between saving it and logging it, and its test accuracy was never logged (QA),
+        where the log has every other checkpoint's, to check `evaluate` against. Every worker
+        reads the chief's log, so all of them take the test pass, or none."""
+        logged = any(r.get("event") == "checkpoint" and r.get("step") == step for r in runs.read_metrics(self.run_dir))
+        if not self.resumed_from or logged:
+            return
+        test_loss, test_accuracy = self.test_pass()
+        self.emit({"event": "checkpoint", "step": step, "checkpoint": self.resumed_from, "test_loss": test_loss,
+                   "test_accuracy": test_accuracy,
+                   "message": f"{self.resumed_from}, tested now: its process ended before it logged it"})
 
     def start_event(self, step: int, total: int) -> tuple[str, str]:
         if self.resumed_from:

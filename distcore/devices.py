@@ -58,6 +58,19 @@ def intra_op_threads(replicas: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, replicas))
 
 
+THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+
+def check_thread_variables() -> None:
+    """TensorFlow's thread counts from the environment, checked before TensorFlow reads them:
+    -1 aborted the process with a C++ stack trace, and "abc" was taken in silence (QA)."""
+    for name in THREAD_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value and not value.isdigit():
+            raise DistcoreError(f"{name}={os.environ[name]!r} is not a number of threads: give a whole number "
+                                "(0: TensorFlow's default), or unset it.")
+
+
 def intra_op_setting() -> int:
     """Threads per op in this process: what `configure` set, else TF_NUM_INTRAOP_THREADS,
     else 0 (TensorFlow's default: all cores)."""

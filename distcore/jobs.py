@@ -263,6 +263,8 @@ def launch(run_dir: Path, name: str, options, resume: bool, workers: int) -> int
     except OSError as err:  # untracked, it could be neither followed nor stopped
         proc.kill()
         proc.wait()
+        if not resume:  # (its empty job.json and its log were listed as a run, "unknown", QA)
+            forget_new_run(run_dir, JOB_FILE, LOG_FILE)
         raise runs.unwritable(run_dir, err) from None
     # Popen returns while the kernel is still finishing the exec: /proc/PID/cmdline reads
     # empty for a moment, and until it is filled in the job would not count as active (a
@@ -293,10 +295,18 @@ def open_log(run_dir: Path, args: list[str], resume: bool):
         if not resume:
             with contextlib.suppress(OSError):
                 if (run_dir / LOG_FILE).stat().st_size == 0:
-                    (run_dir / LOG_FILE).unlink()
-            with contextlib.suppress(OSError):
-                run_dir.rmdir()  # only if empty: an earlier attempt's log stays
+                    forget_new_run(run_dir, LOG_FILE)
+            forget_new_run(run_dir)  # an earlier attempt's log stays
         raise runs.unwritable(run_dir, err) from None
+
+
+def forget_new_run(run_dir: Path, *files: str) -> None:
+    """Remove what a new run's failed launch left: `files`, then the folder if it is empty."""
+    for name in files:
+        with contextlib.suppress(OSError):
+            (run_dir / name).unlink()
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
 
 
 def options_to_args(options: dict | list | None) -> list[str]:
@@ -439,7 +449,7 @@ def stalled_note(run_dir: Path, status: dict, now: float | None = None) -> str:
     read "running · ETA 5s" for good, and Stop answered "Stopping" each time, to no effect."""
     if status.get("state") != "running" or not status.get("time"):
         return ""
-    config, speed = runs.read_json(run_dir / "config.json") or {}, status.get("examples_per_sec")
+    config, speed = runs.shown_config(run_dir)[0], status.get("examples_per_sec")
     loop = (config.get("steps_per_loop", 0) * config.get("global_batch", 0) / speed) if speed else 0
     quiet = (time.time() if now is None else now) - status["time"]
     if quiet < max(STALLED_SECONDS, 5 * loop):

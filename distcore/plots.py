@@ -181,7 +181,10 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
         lines.append(" ".join(shown))
     else:
         lines.append("Every global batch is full and every replica got a piece of each.")
-    lines.append("\n*Cells: blue = piece of a full global batch, amber = piece of a partial one, grey = empty"
+    over = any(sum(len(ids) for ids in row) > (plan.get("global_batch") or 0) for row in steps)
+    lines.append("\n*Cells: blue = piece of a full global batch" + (" (or of a step holding more: see the notes)"
+                                                                   if over else "")
+                 + ", amber = piece of a partial one, grey = empty"
                  + ("; each cell's rows sorted.*" if plan.get("rows") else ".*"))
     notes = plan.get("notes") or []
     if notes:

@@ -13,12 +13,14 @@ The CLI, the app and the tests all read runs through these functions.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import math
 import re
 import shutil
+import sys
 import tempfile
 import time
 import weakref
@@ -79,10 +81,19 @@ def safe_run_dir(root, name) -> Path:
 
 def run_path(run_dir) -> Path:
     """A run directory as a user gave it, refused when empty (Path("") is the current folder),
-    when a part of it is too long a name for the filesystem, or when it is a file."""
+    when a part of it is too long a name for the filesystem, or when it is a file. A leading
+    ~ is the home folder, as in --data-dir (`--run-dir=~/r`, which the shell leaves as it is,
+    made a folder named "~", QA)."""
     if run_dir is None or not str(run_dir).strip():
         raise DistcoreError("the run directory is empty: name a folder for the run, e.g. runs/my-run.")
-    path = Path(run_dir)
+    path = Path(run_dir).expanduser()
+    try:
+        str(path).encode("utf-8")
+    except UnicodeError:  # TensorFlow's file functions take UTF-8: it blamed the checkpoints' files (QA)
+        raise DistcoreError(f"the run directory {str(path).encode('utf-8', 'backslashreplace').decode()} is not "
+                            f"UTF-8 text as this process read it (its locale's encoding is "
+                            f"{sys.getfilesystemencoding()}), and TensorFlow needs UTF-8 paths: use a UTF-8 locale "
+                            "(LANG=C.UTF-8, or PYTHONUTF8=1).") from None
     for part in path.parts:
         if len(os.fsencode(part)) > NAME_MAX:
             raise DistcoreError(f"the run directory's name {part[:40]!r}… is {len(os.fsencode(part))} bytes long; "
@@ -134,8 +145,12 @@ class RunLock:
                                 "ends, then resume.") from None
         except OSError:
             return  # (ENOLCK: no locks on this filesystem)
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, lock_text(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, lock_text(os.getpid()).encode(), 0)
+        except OSError as err:  # a full disk: it was a traceback, and the app's run read "unknown" (QA)
+            self.release()
+            raise unwritable(run_dir, err) from None
 
     def release(self) -> None:
         if self.fd is not None:
@@ -155,7 +170,7 @@ def lock_holder(run_dir) -> int | None:
     path = Path(run_dir) / ".lock"
     try:
         inode = path.stat().st_ino
-        named = path.read_text()[:64].strip()
+        named = path.read_text(errors="replace")[:64].strip()
         with open("/proc/locks") as f:
             held = f.read().splitlines()
     except OSError:
@@ -176,7 +191,10 @@ def claim_new_name(root) -> str:
     """A fresh automatic run name, claimed by creating its folder: two sessions starting a run
     in the same second get run-DATE-TIME and run-DATE-TIME-2, not one name between them."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # (a file in its place was Gradio's bare "Error", QA)
+        raise DistcoreError(f"cannot make a run folder in {root}: {err.strerror}.") from None
     stamp = time.strftime("run-%Y%m%d-%H%M%S")
     for number in range(1, 100):
         name = stamp if number == 1 else f"{stamp}-{number}"
@@ -205,16 +223,37 @@ def export_folder(now: float | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=EXPORT_PREFIX))
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write to a temporary file and rename it over `path`: readers see old or new, never half."""
+def write_json_atomic(path: Path, data: dict, in_place_if_full: bool = False) -> None:
+    """Write to a temporary file and rename it over `path`: readers see old or new, never half.
+
+    `in_place_if_full`: on a full disk, where the new file finds no room, rewrite `path` in
+    the blocks it has instead (a status.json of ~100 bytes). A reader at that instant may
+    find it cut short, which reads as "unknown"; without it a run that failed for want of
+    room stayed "starting", and read "died" (QA)."""
+    text = json.dumps(data, indent=2, sort_keys=True)
     tmp = Path(path).with_name(f".{Path(path).name}.tmp{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        tmp.write_text(text)
         os.replace(tmp, path)
     except OSError as err:
         with contextlib.suppress(OSError):  # on a read-only filesystem this fails too (EROFS)
             tmp.unlink(missing_ok=True)
-        raise DistcoreError(f"cannot write {path}: {err.strerror or err}.") from None
+        if not (in_place_if_full and err.errno in (errno.ENOSPC, errno.EDQUOT) and overwrite(path, text)):
+            raise DistcoreError(f"cannot write {path}: {err.strerror or err}.") from None
+
+
+def overwrite(path: Path, text: str) -> bool:
+    try:
+        with open(path, "r+b") as f:
+            f.write(text.encode())
+            f.truncate()
+        return True
+    except OSError:
+        return False
+
+
+def write_status(run_dir, status: dict) -> None:
+    write_json_atomic(Path(run_dir) / "status.json", status, in_place_if_full=True)
 
 
 def read_json(path: Path) -> dict | None:
@@ -246,6 +285,18 @@ def saved_config(run_dir) -> TrainConfig:
     except DistcoreError as err:
         raise DistcoreError(f"{run_path(run_dir) / 'config.json'} is incomplete or damaged: {err} Restore the "
                             "file, or start a new run.") from None
+
+
+def shown_config(run_dir) -> tuple[dict, str | None]:
+    """config.json for a view: its fields once TrainConfig has checked them, and None; ({}, None)
+    when there is none yet; ({}, why) when it does not make a TrainConfig (its raw values failed
+    the app's view: "devices": 5 could not be joined, QA)."""
+    if not (Path(run_dir) / "config.json").exists():
+        return {}, None
+    try:
+        return saved_config(run_dir).to_dict(), None
+    except DistcoreError as err:
+        return {}, str(err)
 
 
 def ended_before_training(run_dir) -> str | None:
@@ -301,6 +352,10 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
     leaves nothing to train. Needs no TensorFlow.
     """
     saved = saved_config(run_dir)
+    folder = Path(run_dir) / "checkpoints"
+    if folder.exists() and not folder.is_dir():  # (it was "no checkpoint yet", then "holds no checkpoint", QA)
+        raise DistcoreError(f"cannot resume: {folder} is a file, not the run's folder of checkpoints. Move it "
+                            "away; with no checkpoints the run trains again from step 0.")
     overrides = overrides or {}
     try:
         wanted = saved.replace(**overrides)
@@ -383,25 +438,54 @@ def binding_limit(config: TrainConfig) -> str:
             "steps or set them to 0 (no limit),")
 
 
+STATUS_TYPES = {"state": str, "message": str, "detail": str, "pid": int, "step": int, "total_steps": int,
+                "epoch": int, "time": (int, float), "examples_per_sec": (int, float), "eta_seconds": (int, float)}
+
+
 def read_status(run_dir) -> dict | None:
-    return read_json(Path(run_dir) / "status.json")
+    """status.json, without the fields whose values are not of their kind (a hand edit, damage):
+    a step of "abc" failed the app's view, and a state of 5 was listed as the run's state (QA).
+    A state that is gone reads as unknown."""
+    status = read_json(Path(run_dir) / "status.json")
+    if status is None:
+        return None
+    return {key: value for key, value in status.items()
+            if key not in STATUS_TYPES or value is None and key != "state"
+            or isinstance(value, STATUS_TYPES[key]) and not isinstance(value, bool)}
 
 
 def read_metrics(run_dir) -> list[dict]:
-    """All records of metrics.jsonl; a torn last line (a killed writer) is skipped."""
+    """All records of metrics.jsonl; a torn last line (a killed writer) is skipped, and so is
+    any other line that is not a record distcore writes (damaged bytes, a hand edit): bytes
+    that are not UTF-8 failed the app's view, the export and a resume, and a step of "x" a
+    plot and a resume's roll-back (QA)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []
     records = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict):
+            if well_formed(record):
                 records.append(record)
     return records
+
+
+NUMBER_FIELDS = ("loss", "examples", "examples_per_sec", "train_loss", "train_accuracy", "test_loss",
+                 "test_accuracy", "time")
+
+
+def well_formed(record) -> bool:
+    """A metrics record: a JSON object whose step and epoch are whole numbers and whose
+    measurements are numbers (bool is an int to Python, not to this check)."""
+    if not isinstance(record, dict):
+        return False
+    number = lambda value, kinds: isinstance(value, kinds) and not isinstance(value, bool)  # noqa: E731
+    return (all(number(record[key], int) for key in ("step", "epoch") if key in record)
+            and all(number(record[key], (int, float)) for key in NUMBER_FIELDS if key in record))
 
 
 def list_checkpoints(run_dir) -> list[str]:
@@ -461,7 +545,7 @@ def record_failure(run_dir, message: str) -> None:
     # Not the running chief's speed and ETA: a final status has none (as the trainer writes it).
     status = {k: v for k, v in (status or {}).items() if k not in ("examples_per_sec", "eta_seconds")}
     status.update(state="failed", message=message, time=time.time())
-    write_json_atomic(run_dir / "status.json", status)
+    write_status(run_dir, status)
     if not started:  # announced, never set up: its "starting" status stayed, and the run read "died"
         return
     log = MetricsLog(run_dir)
@@ -481,7 +565,7 @@ def truncate_metrics(run_dir, step: int, epochs: int | None = None) -> int:
         return 0
     records = read_metrics(run_dir)
     keep = [r for r in records if "event" in r or (r.get("step", 0) <= step and not reopened(r, epochs))]
-    torn = not path.read_text().endswith("\n")  # a writer killed mid-line
+    torn = not path.read_bytes().endswith(b"\n")  # a writer killed mid-line
     if len(keep) == len(records) and not torn:
         return 0
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")

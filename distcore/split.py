@@ -349,6 +349,16 @@ def cluster_step_notes(plans: list[dict]) -> list[str]:
     partial = step_runs([(k, f"({sum(s)} of {g}), cut {slashed(s)}") for k, s in enumerate(steps, 1) if sum(s) < g])
     notes += [f"Step {a} is a partial global batch {fact}." if a == b else
               f"Steps {a}–{b} are partial global batches {fact}." for a, b, fact in partial]
+    # Under FILE each worker batches its own files by G and hands a batch out over several
+    # steps, in every replica's piece size in turn: workers at the same turn sent 3+3 of G=5,
+    # and these steps were called full (QA).
+    over = step_runs([(k, f"{sum(s)} examples, more than a global batch of {g}, cut {slashed(s)}")
+                      for k, s in enumerate(steps, 1) if sum(s) > g])
+    notes += [f"Step {a} holds {fact}." if a == b else f"Steps {a}–{b} each hold {fact}." for a, b, fact in over]
+    if over:
+        notes.append("Each worker batched the examples of its own files by the global batch and handed each "
+                     "batch out over several steps, in the replicas' piece sizes in turn, so what the workers "
+                     f"send at one step need not add up to {g}.")
     return notes
 
 

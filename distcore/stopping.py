@@ -43,6 +43,13 @@ class StopSignal(KeyboardInterrupt):
         self.signum = signum
 
 
+def exit_status(signum: int | None) -> int:
+    """A command's status after a stop request by signal `signum` (None: no signal): 128 +
+    signum, as the shell reports a process the signal ended (130 for Ctrl-C), so a script's
+    `set -e` or `&&` does not go on as if it had finished (it exited 0, QA)."""
+    return 0 if signum is None else 128 + signum
+
+
 def interruption(signum: int) -> KeyboardInterrupt:
     """What a stop request raises in a command that stops by exception."""
     return KeyboardInterrupt() if signum == signal.SIGINT else StopSignal(signum)
@@ -77,13 +84,14 @@ class StopFlag:
         # and passed on by the launcher); the second handler ran while the first held that
         # lock, and waited for it forever. Its peers waited in the next all-reduce.
         self._requested = False
+        self.signum = None  # the first stop signal (install's handler), for exit_status
         self.run_dir = Path(run_dir) if run_dir else None
         # Set by the outer loop when the first step is about to run. A worker of a cluster
         # never leaves alone, not even before training: its peers may already wait for it
         # in TensorFlow's start-up barrier or first all-reduce, and would hang. Its stop
         # waits for the workers' agreement before the first chunk (they all stop at step 0);
         # only a second request while it still waits for them ends it alone (while_connecting).
-        self.training = cluster
+        self.training = self.cluster = cluster
         self.announced_over = None  # the status announce() replaced, for withdraw()
 
     def set(self) -> None:
@@ -91,14 +99,31 @@ class StopFlag:
         any thread). Before training begins, it stops there, at step 0."""
         self._requested = True
 
-    def on_signal(self, *_) -> None:
-        """The handler `install` puts in place: before training, the process ends at once."""
+    def on_signal(self, signum, _frame) -> None:
+        """The handler `install` puts in place: before training, the process ends at once.
+        During training it says what happens now: a Ctrl-C went unanswered for as long as the
+        loop took, and a second one seemed ignored (QA)."""
+        first, now = self.signum is None, time.monotonic()
+        if first:
+            self.signum, self.first_signal_at = signum, now
         self._requested = True
         if not self.training and self.run_dir is not None:
             self.exit_before_training()
+        if first:
+            os.write(2, b"\ndistcore: stopping at the end of this loop of steps, with a checkpoint.\n")
+        elif now - self.first_signal_at > SAME_REQUEST_SECONDS:  # (not the launcher's copy of a Ctrl-C)
+            os.write(2, b"\ndistcore: already stopping: the loop of steps in progress ends first "
+                        b"(kill -KILL leaves at once, losing the steps since the last checkpoint).\n")
 
     def is_set(self) -> bool:
         return self._requested
+
+    def exit_status(self) -> int:
+        """The process's status once stopped: see `exit_status`. 0 for a worker of a cluster:
+        its peers stop with it, most without a signal of their own, and every worker must end
+        alike (a Kubernetes job would restart only the one a node drain stopped, to wait for
+        peers that had left; the cluster launcher reports the stop itself)."""
+        return 0 if self.cluster else exit_status(self.signum)
 
     def install(self):
         for sig in STOPS:
@@ -170,7 +195,7 @@ class StopFlag:
         mark_state(self.run_dir, os.getpid(), "stopped", BEFORE_TRAINING)
         os.write(2, f"{BEFORE_TRAINING}: nothing to save.\n".encode())  # (print could re-enter a write)
         remove_autograph_files()  # the input pipeline's map functions may be converted already
-        os._exit(0)  # nothing trained yet, nothing to save: do not wait for TensorFlow to load
+        os._exit(self.exit_status())  # nothing trained yet, nothing to save: do not wait for TensorFlow
 
     @contextlib.contextmanager
     def while_connecting(self, announce: str = ""):
@@ -226,7 +251,7 @@ def remove_autograph_files() -> None:
 
 def write_status(run_dir: Path, status: dict) -> None:
     try:
-        runs.write_json_atomic(run_dir / "status.json", {**status, "time": time.time()})
+        runs.write_status(run_dir, {**status, "time": time.time()})
     except DistcoreError:
         pass  # an unwritable run directory is reported, clearly, by whoever writes next
 

@@ -12,7 +12,7 @@ import gradio as gr
 import pytest
 
 import app
-from conftest import wait_for
+from conftest import fill_disk, tmpfs, wait_for
 from distcore import jobs, runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -196,6 +196,38 @@ def test_evaluate_a_run_whose_data_folder_is_gone_reads_the_data_from_here_and_s
             f"{', '.join(data.FILES.values())}; read Fashion-MNIST from {here} instead.") in md
 
 
+def test_a_full_gradio_temporary_folder_is_said_and_the_evaluation_still_shows(settings, tmp_path, monkeypatch):
+    # QA: Gradio copies the gallery's images and the exported files into its temporary folder as
+    # it answers; when that disk was full, each output showed a bare "Error", the result too.
+    run_dir = settings.runs_root / "small"
+    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas", "2",
+                    "--train-examples", "640", "--test-examples", "200", "--steps-per-loop", "5"],
+                   cwd=REPO, check=True, timeout=300, capture_output=True)
+    with tmpfs(tmp_path / "disk", "size=1m") as mount:
+        monkeypatch.setenv("GRADIO_TEMP_DIR", str(mount / "gradio"))
+        assert app.gradio_room(1000) is None
+        fill_disk(mount)
+        md, figure, gallery = app.evaluate(settings, "small", "ckpt-10", app.NO_STRATEGY, 2, [])
+        full = f"Gradio's temporary folder {mount / 'gradio'} cannot take them (No space left on device)."
+        assert md.startswith("### Accuracy ") and figure is not None and gallery == []
+        assert md.endswith(f"Note: The test images are not shown: {full}")
+        assert app.export_run(settings, "small") == (None, app.error_md(f"cannot hand the export to the browser: {full}"))
+
+
+def test_a_run_with_damaged_files_is_shown_as_damaged(settings):
+    # QA: a status.json step of "abc", config.json devices of 5 or bytes that are not UTF-8 in
+    # metrics.jsonl failed the whole view (Gradio's "Error"), and the page went on showing the
+    # run followed before.
+    run_dir = settings.runs_root / "d5"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"devices": 5, "workers": "x"}))
+    (run_dir / "status.json").write_text(json.dumps({"state": 5, "step": "abc"}))
+    (run_dir / "metrics.jsonl").write_bytes(b'{"step": "x", "loss": 1}\n\xff\xfe\n{"step": 1, "loss": 2.0}\n')
+    text, loss, epochs, log = app.run_view(settings, "d5")
+    assert text.startswith("**d5** · **unknown** · step 1 ") and "config.json is incomplete or damaged" in text
+    assert loss is not None and epochs is not None
+
+
 def test_loss_check(settings):
     text = app.loss_check(settings, 2, [], 64, 0)
     assert "Global batch 64 on 2 replicas" in text
@@ -215,7 +247,8 @@ def test_loss_check(settings):
     assert "| Keras 3's default reduction (sum_over_batch_size) in each replica | fails | – |" in partial
     assert "*Keras 3's default reduction failed: the strategy cannot add up" in partial and "AddN" in partial
     for bad in (7, -1, 2.5):  # the range is the global batch's (0 said "from 1 to 65536")
-        assert "must be a whole number from 1 to 6." in app.loss_check(settings, 3, [], 6, 0, 1, bad)
+        assert "(0: the global batch size) (%s) must be a whole number from 0 to 6." % bad in app.loss_check(
+            settings, 3, [], 6, 0, 1, bad)
     # 0, as the field comes (Gradio shows and sends an empty Number as 0), is the whole batch:
     # the tab's first click was refused.
     assert app.loss_check(settings, 3, [], 6, 0, 1, 0) == app.loss_check(settings, 3, [], 6, 0, 1, None)
@@ -906,3 +939,26 @@ def test_evaluate_names_a_checkpoint_pruned_since_it_was_picked(settings):
         (run / "checkpoints" / f"ckpt-{step}.index").write_text("")
     assert "it has: ckpt-5, ckpt-6, ckpt-7, ckpt-2000, ckpt-2200 (and 4 older)." in app.evaluate(
         settings, "own2", "ckpt-9", app.NO_STRATEGY, 2, [])[0]
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["glibc's default", "the app's"])
+def test_the_app_keeps_large_blocks_off_the_heap(fixed):
+    # The app grew by about 9 MB a visit: glibc raised its mmap threshold as large blocks were
+    # freed, and later ones stayed in the worker threads' heaps (app.keep_large_blocks_off_the_heap).
+    script = "\n".join([
+        "import ctypes, sys, numpy as np",
+        "sys.path.insert(0, '.')",
+        "import app; app.keep_large_blocks_off_the_heap()" if fixed else "",
+        "libc = ctypes.CDLL('libc.so.6')",
+        "class Info(ctypes.Structure):",
+        "    _fields_ = [(n, ctypes.c_size_t) for n in ('arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks',"
+        "                                              'fsmblks', 'uordblks', 'fordblks', 'keepcost')]",
+        "libc.mallinfo2.restype = Info",
+        "big = np.ones(4 << 20, np.uint8); del big",  # freed: glibc's own threshold rises to 4 MiB
+        "before = libc.mallinfo2().hblkhd; block = np.ones(1 << 20, np.uint8)",
+        "print(libc.mallinfo2().hblkhd - before)"])
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    if "undefined symbol: mallinfo2" in result.stderr or "cannot open shared object" in result.stderr:
+        pytest.skip("needs glibc 2.33 or later")
+    mapped = int(result.stdout.split()[-1])
+    assert (mapped >= 1 << 20) == fixed, (mapped, result.stderr[-2000:])

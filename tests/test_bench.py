@@ -128,6 +128,9 @@ def test_a_replica_count_over_the_limit_names_the_limit(capsys):
     assert json.loads(capsys.readouterr()[0])["error"] == (
         "--replicas ('1,17') must be a comma-separated list of counts from 1 to 16 (the logical CPU devices a "
         "process can have), e.g. 1,2,4.")
+    assert cli.main(["bench", "--replicas", "1, 1", "--json"]) == 2  # it measured the 1-replica set twice
+    assert json.loads(capsys.readouterr()[0])["error"] == (
+        "--replicas ('1, 1') lists a count twice: give each once, e.g. 1,2,4.")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])

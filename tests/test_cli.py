@@ -38,6 +38,13 @@ def test_user_errors_exit_2_with_a_message_and_json():
     result = cli("train", "--run-dir", "/tmp/x", "--devices", "cpu:0,cpu:0")
     assert result.returncode == 2 and "listed twice" in result.stderr
     assert "Traceback" not in result.stderr
+    # QA: -1 aborted with TensorFlow's C++ stack trace (134), "abc" was taken in silence.
+    for value in ("-1", "abc"):
+        result = subprocess.run([sys.executable, "-m", "distcore", "devices"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=120, env={**os.environ, "TF_NUM_INTRAOP_THREADS": value})
+        assert (result.returncode, result.stderr.strip()) == (2, (
+            f"error: TF_NUM_INTRAOP_THREADS='{value}' is not a number of threads: give a whole number "
+            "(0: TensorFlow's default), or unset it."))
 
 
 def test_replicas_are_refused_with_workers_and_the_message_says_what_to_use():
@@ -78,7 +85,8 @@ def test_a_closed_terminal_sighup_stops_with_a_checkpoint(tmp_path):
     proc.send_signal(signal.SIGHUP)
     proc.stdout.close()  # the terminal is gone too
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr[-2000:]
+    assert proc.returncode == 128 + signal.SIGHUP, stderr[-2000:]  # a script's `&&` must not go on
+    assert "distcore: stopping at the end of this loop of steps, with a checkpoint." in stderr
     assert_stopped_with_a_checkpoint(tmp_path / "run")
 
 
@@ -115,7 +123,7 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes
             proc.send_signal(signal.SIGTERM)
             break
     records += [json.loads(line) for line in proc.stdout]
-    assert proc.wait(timeout=120) == 0
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM  # (QA: it was 0, as if finished)
     stopped = runs.read_status(run_dir)
     assert stopped["state"] == "stopped" and stopped["step"] % 5 == 0 and stopped["step"] < 300
     assert runs.list_checkpoints(run_dir)[-1] == f"ckpt-{stopped['step']}"
@@ -203,6 +211,10 @@ def test_keep_checkpoints_keeps_the_newest_and_a_resume_may_change_how_many(tmp_
     assert runs.list_checkpoints(run_dir) == ["ckpt-15", "ckpt-20"]
     result = cli("train", *common, "--epochs", "3", "--keep-checkpoints", "3", "--resume")
     assert result.returncode == 0, result.stderr[-2000:]
+    # Without a terminal (captured here, as in a CI log) the epochs' results are still said (QA).
+    tested = [r for r in runs.read_metrics(run_dir) if "test_accuracy" in r and "epoch" in r][-1]
+    assert (f"epoch 3: train loss {tested['train_loss']:.4f}, test accuracy {tested['test_accuracy']:.4f}"
+            in result.stderr.splitlines())
     assert runs.list_checkpoints(run_dir) == ["ckpt-20", "ckpt-25", "ckpt-30"]  # the first process's 15 too
     assert runs.saved_config(run_dir).keep_checkpoints == 3
     assert cli("evaluate", "--run-dir", str(run_dir), "--checkpoint", "ckpt-20").returncode == 0
@@ -219,6 +231,7 @@ def test_loss_check_shows_the_two_mistakes():
     assert result["mistake_keras_mean"] == pytest.approx(result["single_device"] / 4, rel=1e-4)
     run = cli("loss-check", "--replicas", "3", "--global-batch", "6", "--examples", "4", check=True)
     assert "tutorial_fixed_g:" in run.stdout and "keras_default: fails (InvalidArgumentError" in run.stdout
+    assert run.stdout.splitlines()[0] == "4 examples on 3 replicas: 2 + 2 + 0"  # as the README's comment says
 
 
 def test_argument_errors_answer_in_json_too_and_choices_take_any_case(capsys):
@@ -370,3 +383,15 @@ def test_a_resume_says_when_it_reads_the_data_from_elsewhere_than_the_runs_folde
     assert result.stdout.strip().endswith(f"finished at step 4 of 4; run directory: {run_dir}")
     result = cli("cluster", "--workers", "2", "--run-dir", str(run_dir), "--resume", "--max-steps", "6", check=True)
     assert result.stderr.count(note) == 1 and "2 workers finished" in result.stdout  # (the launcher said nothing)
+
+
+def test_a_run_path_the_output_cannot_spell_does_not_fail_a_finished_run(tmp_path):
+    # QA: with PYTHONIOENCODING=ascii a finished run crashed printing its last line (exit 1).
+    run_dir = tmp_path / "é"
+    result = subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas", "1",
+                             "--train-examples", "128", "--test-examples", "64", "--max-steps", "1"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONIOENCODING": "ascii", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    escaped = str(run_dir).replace("é", "\\xe9")
+    assert result.stdout.splitlines()[-1] == f"finished at step 1 of 1; run directory: {escaped}"

@@ -203,6 +203,30 @@ def test_resume_can_extend_but_not_change_the_model(tmp_path):
     new.close()
 
 
+def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_does(tmp_path):
+    # QA: run() after close() trained without the run's lock, beside a CLI resume of the same run,
+    # and a second run() said "ValueError: I/O operation on closed file."; a Controller closed
+    # unrun left its run "starting" (read as died) and its name taken.
+    never = Controller(small(epochs=1), tmp_path / "never")
+    never.close()
+    with pytest.raises(DistcoreError, match=r"has let go of .*never \(it ran, or close\(\) was called\): to train "
+                                            r"the run again, make a new one"):
+        never.run()
+    assert runs.read_status(tmp_path / "never")["state"] == "stopped"
+    assert not (tmp_path / "never" / "config.json").exists()
+    again = Controller(small(epochs=1, max_steps=2), tmp_path / "never")  # the name is free again
+    assert again.run()["state"] == "finished"
+    with pytest.raises(DistcoreError, match="has let go of"):
+        again.run()
+    assert runs.read_status(tmp_path / "never")["state"] == "finished"
+    resumed = Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never", resume=True)
+    resumed.close()  # a resume closed unrun keeps its config and checkpoints, and reads "stopped"
+    assert runs.read_status(tmp_path / "never")["state"] == "stopped"
+    assert runs.list_checkpoints(tmp_path / "never") == ["ckpt-2"]
+    assert Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never",
+                      resume=True).run()["step"] == 4
+
+
 def test_ctrl_c_in_a_library_caller_stops_with_a_checkpoint(tmp_path):
     # It raised KeyboardInterrupt in the loop: the run "failed", its steps since the last checkpoint lost.
     script = ("import sys; from distcore.config import TrainConfig; from distcore.controller import Controller; "
@@ -308,7 +332,7 @@ def test_a_stop_at_the_start_event_waits_for_the_loop(tmp_path):
             raise AssertionError("ended the process with the start logged and no end")
 
     flag = Flag(tmp_path / "r")
-    at_start = lambda record: record.get("event") == "start" and flag.on_signal()  # noqa: E731
+    at_start = lambda record: record.get("event") == "start" and flag.on_signal(signal.SIGTERM, None)  # noqa: E731
     assert Controller(small(), tmp_path / "r", stop=flag, on_record=at_start).run()["state"] == "stopped"
     assert [r["event"] for r in runs.read_metrics(tmp_path / "r") if "event" in r] == ["start", "stopped"]
 
@@ -340,6 +364,24 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(tmp_path):
     assert controller.resumed_from == "ckpt-4" and int(controller.runner.step.numpy()) == 4
     fallback = [r for r in runs.read_metrics(run_dir) if r.get("event") == "fallback"]
     assert "ckpt-8" in fallback[0]["message"]
+
+
+def test_a_checkpoint_saved_but_never_logged_is_tested_when_resumed_from(tmp_path):
+    # QA: a SIGKILL between a checkpoint's save and its log record left it untested for good.
+    run_dir = tmp_path / "r"
+    Controller(small(epochs=1, max_steps=8, checkpoint_every=4), run_dir).run()
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    logged = [json.loads(line) for line in lines if '"checkpoint": "ckpt-8"' in line]
+    assert len(logged) == 1
+    (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in lines if '"checkpoint": "ckpt-8"' not in line
+                                                   and '"event": "finished"' not in line))
+    Controller(resume_config(run_dir, {"max_steps": 12}), run_dir, resume=True).run()
+    tested = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-8"]
+    assert [r["message"] for r in tested] == ["ckpt-8, tested now: its process ended before it logged it"]
+    assert (tested[0]["test_loss"], tested[0]["test_accuracy"]) == pytest.approx(
+        (logged[0]["test_loss"], logged[0]["test_accuracy"]), rel=1e-6)
+    events = [r.get("event") for r in runs.read_metrics(run_dir) if "event" in r]
+    assert events.count("checkpoint") == 3  # ckpt-4, ckpt-8 now, ckpt-12: a logged one is not tested again
 
 
 def test_file_policy_trains_from_tfrecord_shards(tmp_path, monkeypatch):

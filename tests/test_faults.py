@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, cpus, tmpfs
+from conftest import ROOT, cpus, fill_disk, tmpfs
 from test_events import tensorboard_steps
 from distcore import checkpoints, runs
 from distcore.cluster import Task
@@ -209,6 +209,21 @@ def test_a_full_disk_is_a_clear_error_and_the_last_good_checkpoint_stays_latest(
     moved = tmp_path / "moved"
     shutil.copytree(run_dir, moved)  # room again: the run resumes from its intact checkpoint
     assert Controller(resume_config(moved), moved, resume=True).run()["step"] == 32
+
+
+def test_a_disk_full_before_set_up_is_a_clear_error_and_a_failure_is_still_recorded(tmp_path):
+    # QA: a disk already full when a run started ended `train` in a traceback from the run's
+    # lock (the app's run read "unknown"); with a little room, a run that then failed stayed
+    # "starting" (read as "died"), as its status.json could not be replaced.
+    with tmpfs(tmp_path / "disk", "size=1m") as mount:
+        (mount / "old").mkdir()
+        runs.write_status(mount / "old", {"state": "starting", "pid": 1, "step": 0})
+        fill_disk(mount)
+        with pytest.raises(DistcoreError, match=r"^cannot write to the run directory .*new: No space left on device\.$"):
+            Controller(config(), mount / "new")
+        runs.write_status(mount / "old", {"state": "failed", "message": "No space left on device.", "step": 0})
+        assert runs.read_status(mount / "old")["state"] == "failed"
+        assert sorted(p.name for p in (mount / "old").iterdir()) == ["status.json"]  # no temporary file left
 
 
 def test_a_read_only_run_directory_is_a_clear_error(tmp_path):

@@ -58,6 +58,39 @@ def test_a_torn_last_line_is_skipped_and_truncation_repairs_it(tmp_path):
     assert text.endswith("\n") and [json.loads(line)["step"] for line in text.splitlines()] == [1, 2, 2]
 
 
+def test_damaged_or_hand_edited_run_files_read_as_damaged_not_as_errors(tmp_path):
+    # QA: bytes that are not UTF-8 in metrics.jsonl failed the app's view, the export and a
+    # resume (UnicodeDecodeError); a step of "x" failed a plot and a resume's roll-back; a
+    # status of {"state": 5, "step": "abc"} failed the view; config.json's "devices": 5 too.
+    good = [{"step": 1, "epoch": 1, "loss": 2.0, "examples": 64}, {"event": "checkpoint", "step": 1}]
+    bad = [{"step": "x", "loss": 1.0}, {"step": 2, "loss": "1.0"}, {"step": True, "loss": 1.0}, ["not", "a record"]]
+    (tmp_path / "metrics.jsonl").write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in good + bad)
+                                             + b"\xff\xfe\x00garbage\n" + b'{"step": 3, "loss": 1.5, "message": "\xff"}\n')
+    assert runs.read_metrics(tmp_path) == good + [{"step": 3, "loss": 1.5, "message": "\ufffd"}]
+    assert runs.truncate_metrics(tmp_path, 1) == 1
+    assert runs.read_metrics(tmp_path) == good
+    (tmp_path / "status.json").write_text(json.dumps({"state": 5, "step": "abc", "pid": 7, "total_steps": None}))
+    assert runs.read_status(tmp_path) == {"pid": 7, "total_steps": None}
+    assert jobs.job_progress(tmp_path).state == "unknown"
+    assert runs.shown_config(tmp_path) == ({}, None)  # none yet
+    (tmp_path / "config.json").write_text(json.dumps({"devices": 5}))
+    shown, damaged = runs.shown_config(tmp_path)
+    assert shown == {} and damaged.startswith(f"{tmp_path / 'config.json'} is incomplete or damaged: ")
+
+
+def test_a_resume_whose_checkpoints_folder_is_a_file_says_so(tmp_path):
+    # QA: the app said "Resuming from step 0 (it has no checkpoint yet)", then the process
+    # failed with "…/checkpoints holds no checkpoint to restore".
+    from distcore.config import TrainConfig
+
+    (tmp_path / "config.json").write_text(json.dumps(TrainConfig(devices=("cpu:0",)).to_dict()))
+    (tmp_path / "checkpoints").write_text("")
+    with pytest.raises(DistcoreError, match=r"^cannot resume: .*checkpoints is a file, not the run's folder of "
+                                            r"checkpoints\. Move it away; with no checkpoints the run trains again "
+                                            r"from step 0\.$"):
+        runs.resume_config(tmp_path)
+
+
 def test_truncation_drops_records_of_epochs_the_checkpoint_had_not_closed(tmp_path):
     lines = [{"step": 2, "loss": 1.0}, {"epoch": 1, "step": 2, "train_loss": 1.0},
              {"event": "checkpoint", "step": 2}]
@@ -123,6 +156,18 @@ def test_a_run_dir_too_long_for_the_filesystem_or_that_is_a_file_is_refused(tmp_
     with pytest.raises(DistcoreError, match="cannot be used: File name too long"):
         runs.run_path("/".join(["b" * 200] * 30))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_run_dir_under_the_home_folder_may_be_written_with_a_tilde(tmp_path, monkeypatch):
+    # QA: `--run-dir=~/runs/t2` (the shell leaves a ~ after "=") made a folder named "~" here.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert runs.run_path("~/runs/t2") == tmp_path / "runs" / "t2"
+    assert runs.run_path("~") == tmp_path
+    # QA: in an ASCII locale (LC_ALL=POSIX PYTHONUTF8=0) a path read from argv is not UTF-8
+    # text, and evaluate said every checkpoint's files were "damaged or incomplete".
+    with pytest.raises(DistcoreError, match=r"the run directory /tmp/C\\udcc3\\udca9 is not UTF-8 text as this process "
+                                            r"read it .* use a UTF-8 locale \(LANG=C.UTF-8, or PYTHONUTF8=1\)\.$"):
+        runs.run_path("/tmp/C\udcc3\udca9")
 
 
 def test_a_run_locked_by_another_process_names_it(tmp_path):

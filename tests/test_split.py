@@ -307,6 +307,24 @@ def test_partial_steps_of_a_cluster_are_read_off_every_workers_pieces(policy):
     assert "Step 4: this worker's replica 0 got nothing" in " ".join(split.describe(plans[empty]))
 
 
+def test_cluster_steps_holding_more_than_a_global_batch_are_called_so():
+    # QA: `split --workers 2 --files 2 --examples 20 --global-batch 5 --policy file` (these are the
+    # ids TensorFlow gave): steps 1 and 3 carry 3+3 = 6 examples, and were shown as full batches of 5.
+    plans = [worker_plan([[[0, 1, 2]], [[3, 4]], [[5, 6, 7]], [[8, 9]]], policy="file", files=2, global_batch=5,
+                         examples=20),
+             worker_plan([[[10, 11, 12]], [[13, 14]], [[15, 16, 17]], [[18, 19]]], policy="file", files=2,
+                         global_batch=5, examples=20)]
+    notes = split.cluster_notes(plans)
+    assert [n for n in notes if "hold" in n] == ["Step 1 holds 6 examples, more than a global batch of 5, cut 3/3.",
+                                                 "Step 3 holds 6 examples, more than a global batch of 5, cut 3/3."]
+    assert any(n.endswith("so what the workers send at one step need not add up to 5.") for n in notes)
+    assert not any("Each full global batch" in n for n in notes)
+    merged = {"steps": [[a[0], b[0]] for a, b in zip(plans[0]["steps"], plans[1]["steps"])], "global_batch": 5,
+              "replicas": 2, "notes": notes}
+    from distcore import plots
+    assert "blue = piece of a full global batch (or of a step holding more: see the notes)" in plots.split_summary(merged)
+
+
 def test_a_run_of_partial_cluster_steps_is_one_note():
     # FILE with one worker's files running out first: worker 1 gives empty pieces from step 3 on.
     plans = [worker_plan([[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]]], policy="file", files=2),
