@@ -12,6 +12,7 @@ import math
 import numbers
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -85,6 +86,19 @@ def describe_devices(gpus: int) -> str:
 def is_empty(value) -> bool:
     """None (a field left empty in the app, or a value never given) or blank text."""
     return value is None or (isinstance(value, str) and not value.strip())
+
+
+def check_utf8_path(path, what: str) -> None:
+    """Refuse a path that is not UTF-8 text as this process read it (an ASCII locale reads other
+    bytes as surrogates): TensorFlow's file functions take UTF-8, and failed on it with a
+    traceback or blamed the files (QA)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeError:
+        shown = str(path).encode("utf-8", "backslashreplace").decode()
+        raise DistcoreError(f"{what} {shown} is not UTF-8 text as this process read it (its locale's encoding is "
+                            f"{sys.getfilesystemencoding()}), and TensorFlow needs UTF-8 paths: use a UTF-8 locale "
+                            "(LANG=C.UTF-8, or PYTHONUTF8=1).") from None
 
 
 def check_int(name: str, value, *, low: int = 1, high: int | None = None) -> int:

@@ -92,10 +92,12 @@ class Controller:
         self.lock = self.write_dir = None
         self.task = cluster.Task(workers=1, index=0)
         self.wrote_config = self.ran = self.closed = False
+        self.status_before = None
         try:
             self.claim(resume)
         except BaseException as err:
             self.release()  # a notebook's next try must not find the run locked by this one
+            self.closed = True
             failure = self.let_go(err, resume)
             if failure is not err:
                 raise failure from None
@@ -218,13 +220,29 @@ class Controller:
 
     def close(self) -> None:
         """Let go of the run directory (run() does when it ends), so another Controller may train
-        it. Closed before it ran, it leaves the run as a set-up stopped before training does:
-        "stopped before training began", and a new run's name free again (it left a run that
-        read "died" and whose name was taken, QA)."""
+        it. Closed before it ran, it leaves a new run as a set-up stopped before training does
+        ("stopped before training began", its name free again), and a resumed one as it was
+        (it left a run that read "died" and whose name was taken, QA)."""
         if self.wrote_config and not self.ran and not self.closed:
-            self.let_go(KeyboardInterrupt(), self.resume)
+            if self.status_before:  # a resume: nothing was trained
+                with contextlib.suppress(DistcoreError):
+                    runs.write_status(self.run_dir, self.status_before)
+            else:
+                self.let_go(KeyboardInterrupt(), self.resume)
         self.closed = True
         self.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Dropped unrun, as a notebook's next cell drops the one before: as close() leaves it.
+        with contextlib.suppress(Exception):  # (attributes or modules gone at interpreter exit)
+            if not self.closed:
+                self.close()
 
     def release(self) -> None:
         """Unlock the run, and remove a non-chief worker's scratch folder (a worker refused
@@ -237,7 +255,7 @@ class Controller:
     def lock_run(self) -> runs.RunLock:
         try:
             return runs.RunLock(self.run_dir)
-        except DistcoreError as err:
+        except runs.RunHeld as err:  # (not a failed write: a full disk blamed the task indices, QA)
             if self.config.workers == 1:
                 raise
             # Two chiefs of one run: two workers given index 0 were told only "stop it".
@@ -265,7 +283,8 @@ class Controller:
             self.wrote_config = True
             # Before the slow set-up: from here a stop request is honoured (the caller
             # installed the signal handler first), so say the process is there.
-            previous_step = (runs.read_status(self.run_dir) or {}).get("step", 0) if resume else 0
+            self.status_before = runs.read_status(self.run_dir) if resume else None  # for close()
+            previous_step = (self.status_before or {}).get("step", 0)
             runs.write_json_atomic(self.run_dir / "status.json", {
                 "state": "starting", "pid": os.getpid(), "step": previous_step,
                 "total_steps": self.config.total_steps(), "time": time.time()})
@@ -314,17 +333,17 @@ class Controller:
     def run(self) -> dict:
         if self.closed:  # it trained on without the run's lock, beside another process (QA)
             raise DistcoreError(f"this Controller has let go of {self.run_dir} (it ran, or close() was called): "
-                                "to train the run again, make a new one: Controller(resume_config(run_dir), "
-                                "run_dir, resume=True).")
+                                "to train the run, make a new one: Controller(resume_config(run_dir), run_dir, "
+                                "resume=True) to continue it, or Controller(config, run_dir) if it never trained.")
         self.ran = True
         step = int(self.runner.step.numpy())
         total = self.config.total_steps()
         # From here a stop request waits for the loop: set before the start event, or a stop
         # between the two ended the process with the start logged and no end (QA).
         self.stop.training = True
-        self.log_event(*self.start_event(step, total))
-        self.set_status("running")
-        try:
+        try:  # (the start event too: a disk full by then left the run "starting", read as died, QA)
+            self.log_event(*self.start_event(step, total))
+            self.set_status("running")
             with self.stop.interrupts():
                 self.test_unlogged(step)
                 while not self.finished() and not self.stopping():

@@ -77,7 +77,7 @@ def intra_op_setting() -> int:
     import tensorflow as tf
 
     configured = tf.config.threading.get_intra_op_parallelism_threads()
-    env = os.environ.get("TF_NUM_INTRAOP_THREADS", "")
+    env = os.environ.get("TF_NUM_INTRAOP_THREADS", "").strip()
     return configured or (int(env) if env.isdigit() else 0)
 
 

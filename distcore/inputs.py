@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from .config import DistcoreError
+from .config import DistcoreError, check_utf8_path
 from .data import home_folder
 
 POLICY = {
@@ -243,6 +243,7 @@ def train_records(data, train_examples: int) -> list[str]:
     digest = hashlib.blake2b(data.train_images.tobytes(), digest_size=8)
     digest.update(data.train_labels.tobytes())
     folder = cache_root() / f"fashion-mnist-train-{len(data.train_labels)}-{digest.hexdigest()}"
+    check_utf8_path(folder, "the TFRecord cache")
     try:
         return write_records(folder, data.train_images, data.train_labels)
     except OSError as err:

@@ -20,13 +20,12 @@ import os
 import math
 import re
 import shutil
-import sys
 import tempfile
 import time
 import weakref
 from pathlib import Path
 
-from .config import DistcoreError, TrainConfig, UnevenBatch
+from .config import DistcoreError, TrainConfig, UnevenBatch, check_utf8_path
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
@@ -87,13 +86,7 @@ def run_path(run_dir) -> Path:
     if run_dir is None or not str(run_dir).strip():
         raise DistcoreError("the run directory is empty: name a folder for the run, e.g. runs/my-run.")
     path = Path(run_dir).expanduser()
-    try:
-        str(path).encode("utf-8")
-    except UnicodeError:  # TensorFlow's file functions take UTF-8: it blamed the checkpoints' files (QA)
-        raise DistcoreError(f"the run directory {str(path).encode('utf-8', 'backslashreplace').decode()} is not "
-                            f"UTF-8 text as this process read it (its locale's encoding is "
-                            f"{sys.getfilesystemencoding()}), and TensorFlow needs UTF-8 paths: use a UTF-8 locale "
-                            "(LANG=C.UTF-8, or PYTHONUTF8=1).") from None
+    check_utf8_path(path, "the run directory")
     for part in path.parts:
         if len(os.fsencode(part)) > NAME_MAX:
             raise DistcoreError(f"the run directory's name {part[:40]!r}… is {len(os.fsencode(part))} bytes long; "
@@ -113,6 +106,10 @@ def check_new(run_dir) -> None:
     if (run_dir / "config.json").exists() or list_checkpoints(run_dir):
         raise DistcoreError(f"{run_dir} already holds a run: resume it (--resume; resume=True in "
                             "Python), or pick another run directory.")
+
+
+class RunHeld(DistcoreError):
+    """The run's lock is held: another process or Controller trains it."""
 
 
 class RunLock:
@@ -139,10 +136,10 @@ class RunLock:
             holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "another process"
             self.release()
             if holder == lock_text(os.getpid()):  # "trained by process N" named the caller itself
-                raise DistcoreError(f"{run_dir} is held by another Controller in this process: run() it, or "
-                                    "close() it to let go of the run.") from None
-            raise DistcoreError(f"{run_dir} is being trained by {holder} right now: stop it, or wait until it "
-                                "ends, then resume.") from None
+                raise RunHeld(f"{run_dir} is held by another Controller in this process: run() it, or "
+                              "close() it to let go of the run.") from None
+            raise RunHeld(f"{run_dir} is being trained by {holder} right now: stop it, or wait until it "
+                          "ends, then resume.") from None
         except OSError:
             return  # (ENOLCK: no locks on this filesystem)
         try:
@@ -265,6 +262,10 @@ def read_json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+# What a run's process, or the app's launch of it, writes before config.json.
+RUN_TRACES = (".lock", "status.json", "job.json", "train.log")
+
+
 def read_config(run_dir) -> dict:
     data = read_json(run_path(run_dir) / "config.json")
     if data is None:
@@ -272,6 +273,11 @@ def read_config(run_dir) -> dict:
         if ended:
             raise DistcoreError(f"{ended}, so there is nothing to resume, evaluate or export: start it "
                                 "again under the same name.")
+        if any((run_path(run_dir) / name).exists() for name in RUN_TRACES) and \
+                not (run_path(run_dir) / "config.json").exists():  # (it asked "is it a distcore run directory?", QA)
+            raise DistcoreError(f"run {Path(run_dir).name} ended before it saved its settings (config.json; its log "
+                                "says why), so there is nothing to resume, evaluate or export: start it again under "
+                                "the same name.")
         raise DistcoreError(f"{run_dir} has no readable config.json: is it a distcore run directory?")
     return data
 
@@ -485,7 +491,8 @@ def well_formed(record) -> bool:
         return False
     number = lambda value, kinds: isinstance(value, kinds) and not isinstance(value, bool)  # noqa: E731
     return (all(number(record[key], int) for key in ("step", "epoch") if key in record)
-            and all(number(record[key], (int, float)) for key in NUMBER_FIELDS if key in record))
+            and all(number(record[key], (int, float)) for key in NUMBER_FIELDS if key in record)
+            and all(isinstance(record[key], str) for key in ("event", "message", "checkpoint") if key in record))
 
 
 def list_checkpoints(run_dir) -> list[str]:

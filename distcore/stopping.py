@@ -100,20 +100,11 @@ class StopFlag:
         self._requested = True
 
     def on_signal(self, signum, _frame) -> None:
-        """The handler `install` puts in place: before training, the process ends at once.
-        During training it says what happens now: a Ctrl-C went unanswered for as long as the
-        loop took, and a second one seemed ignored (QA)."""
-        first, now = self.signum is None, time.monotonic()
-        if first:
-            self.signum, self.first_signal_at = signum, now
+        """The handler `install` puts in place: before training, the process ends at once."""
+        self.signum = signum if self.signum is None else self.signum
         self._requested = True
         if not self.training and self.run_dir is not None:
             self.exit_before_training()
-        if first:
-            os.write(2, b"\ndistcore: stopping at the end of this loop of steps, with a checkpoint.\n")
-        elif now - self.first_signal_at > SAME_REQUEST_SECONDS:  # (not the launcher's copy of a Ctrl-C)
-            os.write(2, b"\ndistcore: already stopping: the loop of steps in progress ends first "
-                        b"(kill -KILL leaves at once, losing the steps since the last checkpoint).\n")
 
     def is_set(self) -> bool:
         return self._requested
@@ -128,10 +119,40 @@ class StopFlag:
     def install(self):
         for sig in STOPS:
             signal.signal(sig, self.on_signal)
+        if threading.current_thread() is threading.main_thread():  # (the wakeup fd can be set only there)
+            self.notice_at_once()
         # The cluster launcher starts its workers with these blocked (cluster.held_stops): one
         # that came before this handler was in place is delivered to it now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         return self
+
+    def notice_at_once(self) -> None:
+        """Say on stderr, as each stop request comes, what happens now. Python runs a signal's
+        handler only between the main thread's bytecodes, and that thread waits in TensorFlow's
+        call for a whole loop of steps: a Ctrl-C went unanswered for as long as the loop took,
+        and a second one seemed ignored (QA). The C handler writes each signal to the wakeup fd
+        at once, and a thread reads it there (TensorFlow lets go of the GIL while it trains)."""
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        threading.Thread(target=self.notices, args=(read_end,), daemon=True, name="distcore-stop-notices").start()
+
+    def notices(self, read_end: int) -> None:
+        first = None
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            while signums := pipe.read(64):
+                for signum in signums:
+                    now = time.monotonic()
+                    if signum not in STOPS or not self.training:  # (before training it ends at once)
+                        continue
+                    if first is None:
+                        # Its arrival order: the handlers of signals that waited for TensorFlow's
+                        # call run in the order of their numbers (a Ctrl-C after a SIGTERM made it 130).
+                        first, self.signum = now, signum
+                        os.write(2, b"\ndistcore: stopping at the end of this loop of steps, with a checkpoint.\n")
+                    elif now - first > SAME_REQUEST_SECONDS:  # (not the launcher's copy of a Ctrl-C)
+                        os.write(2, b"\ndistcore: already stopping: the loop of steps in progress ends first "
+                                    b"(kill -KILL leaves at once, losing the steps since the last checkpoint).\n")
 
     def announce(self, resume: bool, total_steps: int | None = None) -> None:
         """Write a 'starting' status naming this process, so it can be stopped from now on

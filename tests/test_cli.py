@@ -395,3 +395,35 @@ def test_a_run_path_the_output_cannot_spell_does_not_fail_a_finished_run(tmp_pat
     assert result.returncode == 0, result.stderr[-2000:]
     escaped = str(run_dir).replace("é", "\\xe9")
     assert result.stdout.splitlines()[-1] == f"finished at step 1 of 1; run directory: {escaped}"
+
+
+def test_a_stop_is_answered_while_the_loop_of_steps_still_runs(tmp_path):
+    # QA: Python runs a signal handler only once TensorFlow's call returns, so a Ctrl-C during a
+    # loop of 900 steps went unanswered for seconds, and a second one seemed ignored.
+    run_dir = tmp_path / "run"
+    with open(tmp_path / "out", "w") as out:  # (a pipe left unread would fill with the loop's 899 records)
+        proc = subprocess.Popen([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas",
+                                 "1", "--epochs", "1", "--train-examples", "60000", "--steps-per-loop", "900",
+                                 "--checkpoint-every", "0", "--test-examples", "100"],
+                                cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    try:
+        deadline = time.monotonic() + 120
+        while (runs.read_status(run_dir) or {}).get("step") != 1:  # the first loop is one step; the next, 899
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.5)  # inside TensorFlow's call by now (a request before it stops at step 1)
+        proc.send_signal(signal.SIGTERM)
+        for line in proc.stderr:
+            if "stopping at the end of this loop of steps" in line:
+                break
+        assert runs.last_logged_step(run_dir) == 1  # said while the loop of 899 steps still ran
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert "already stopping: the loop of steps in progress ends first" in rest, rest[-2000:]
+        assert proc.wait(timeout=300) == 128 + signal.SIGTERM  # the first request's signal
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert runs.read_status(run_dir)["state"] == "stopped" and runs.read_status(run_dir)["step"] == 900

@@ -210,7 +210,8 @@ def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_d
     never = Controller(small(epochs=1), tmp_path / "never")
     never.close()
     with pytest.raises(DistcoreError, match=r"has let go of .*never \(it ran, or close\(\) was called\): to train "
-                                            r"the run again, make a new one"):
+                                            r"the run, make a new one: .* or Controller\(config, run_dir\) if it never "
+                                            r"trained\.$"):
         never.run()
     assert runs.read_status(tmp_path / "never")["state"] == "stopped"
     assert not (tmp_path / "never" / "config.json").exists()
@@ -219,10 +220,16 @@ def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_d
     with pytest.raises(DistcoreError, match="has let go of"):
         again.run()
     assert runs.read_status(tmp_path / "never")["state"] == "finished"
-    resumed = Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never", resume=True)
-    resumed.close()  # a resume closed unrun keeps its config and checkpoints, and reads "stopped"
-    assert runs.read_status(tmp_path / "never")["state"] == "stopped"
-    assert runs.list_checkpoints(tmp_path / "never") == ["ckpt-2"]
+    before = runs.read_status(tmp_path / "never")
+    with Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never", resume=True):
+        assert runs.read_status(tmp_path / "never")["state"] == "starting"
+    # A resume closed unrun leaves the run as it was (it read "stopped before training began").
+    assert runs.read_status(tmp_path / "never") == before and runs.list_checkpoints(tmp_path / "never") == ["ckpt-2"]
+    dropped = Controller(small(epochs=1), tmp_path / "dropped")
+    del dropped  # as a notebook's next cell drops it: as close() leaves it (it read "died", its name taken)
+    gc.collect()
+    assert runs.read_status(tmp_path / "dropped")["state"] == "stopped"
+    assert Controller(small(epochs=1, max_steps=2), tmp_path / "dropped").run()["state"] == "finished"
     assert Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never",
                       resume=True).run()["step"] == 4
 
@@ -342,8 +349,8 @@ def test_a_controller_dropped_without_running_lets_go_of_its_run(tmp_path):
     # run stayed locked ("held by another Controller in this process") for the kernel's life.
     trainer = Controller(small(epochs=1, max_steps=2), tmp_path / "r")
     del trainer
-    gc.collect()
-    assert Controller(small(epochs=1, max_steps=2), tmp_path / "r", resume=True).run()["step"] == 2
+    gc.collect()  # the same cell, run again, starts it (nothing was trained: the name is free again)
+    assert Controller(small(epochs=1, max_steps=2), tmp_path / "r").run()["step"] == 2
 
 
 def test_a_used_run_directory_is_not_overwritten(tmp_path):

@@ -226,6 +226,18 @@ def test_a_disk_full_before_set_up_is_a_clear_error_and_a_failure_is_still_recor
         assert sorted(p.name for p in (mount / "old").iterdir()) == ["status.json"]  # no temporary file left
 
 
+def test_a_disk_full_when_training_begins_leaves_the_run_failed(tmp_path):
+    # QA (retest): with 16 KiB free, config.json and status.json fitted, the start event did not,
+    # and the run stayed "starting" (read as died): the start event was outside the failure path.
+    with tmpfs(tmp_path / "disk", "size=2m") as mount:
+        controller = Controller(config(), mount / "r")
+        fill_disk(mount)
+        with pytest.raises(DistcoreError, match=r"metrics\.jsonl: No space left on device"):
+            controller.run()
+        status = runs.read_status(mount / "r")
+        assert status["state"] == "failed" and "No space left on device" in status["message"]
+
+
 def test_a_read_only_run_directory_is_a_clear_error(tmp_path):
     with tmpfs(tmp_path / "ro", "size=1m,ro") as mount:
         with pytest.raises(DistcoreError, match="cannot write to the run directory .*Read-only file system"):

@@ -78,3 +78,8 @@ def test_an_unusable_cache_dir_is_named_as_set_or_not(fmnist, tmp_path, monkeypa
     monkeypatch.setenv("HOME", str(afile))  # the default, ~/.cache/distcore
     with pytest.raises(DistcoreError, match=r"\(Not a directory\); set DISTCORE_CACHE_DIR to a folder you can write\.$"):
         inputs.train_records(few, 16)
+    # QA: in an ASCII locale a cache path read as surrogates ended in a traceback, rc 1.
+    monkeypatch.setenv("DISTCORE_CACHE_DIR", str(tmp_path / "ca \udcff"))  # the byte 0xff, not UTF-8
+    with pytest.raises(DistcoreError, match=r"^the TFRecord cache .*ca \\udcff/fashion-mnist-train-16-\w+ is not "
+                                            r"UTF-8 text as this process read it"):
+        inputs.train_records(few, 16)

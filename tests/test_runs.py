@@ -63,7 +63,8 @@ def test_damaged_or_hand_edited_run_files_read_as_damaged_not_as_errors(tmp_path
     # resume (UnicodeDecodeError); a step of "x" failed a plot and a resume's roll-back; a
     # status of {"state": 5, "step": "abc"} failed the view; config.json's "devices": 5 too.
     good = [{"step": 1, "epoch": 1, "loss": 2.0, "examples": 64}, {"event": "checkpoint", "step": 1}]
-    bad = [{"step": "x", "loss": 1.0}, {"step": 2, "loss": "1.0"}, {"step": True, "loss": 1.0}, ["not", "a record"]]
+    bad = [{"step": "x", "loss": 1.0}, {"step": 2, "loss": "1.0"}, {"step": True, "loss": 1.0}, ["not", "a record"],
+           {"event": 5, "step": 2}]
     (tmp_path / "metrics.jsonl").write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in good + bad)
                                              + b"\xff\xfe\x00garbage\n" + b'{"step": 3, "loss": 1.5, "message": "\xff"}\n')
     assert runs.read_metrics(tmp_path) == good + [{"step": 3, "loss": 1.5, "message": "\ufffd"}]
@@ -76,6 +77,20 @@ def test_damaged_or_hand_edited_run_files_read_as_damaged_not_as_errors(tmp_path
     (tmp_path / "config.json").write_text(json.dumps({"devices": 5}))
     shown, damaged = runs.shown_config(tmp_path)
     assert shown == {} and damaged.startswith(f"{tmp_path / 'config.json'} is incomplete or damaged: ")
+
+
+def test_a_run_that_ended_before_saving_its_settings_is_called_so(tmp_path):
+    # QA: a launch that failed on a full disk left the lock (or the app's job.json and log) and
+    # no status; Resume asked "is it a distcore run directory?".
+    (tmp_path / "a8").mkdir()
+    (tmp_path / "a8" / ".lock").write_text("")
+    with pytest.raises(DistcoreError, match=r"^run a8 ended before it saved its settings \(config.json; its log says "
+                                            r"why\), so there is nothing to resume, evaluate or export: start it "
+                                            r"again under the same name\.$"):
+        runs.resume_config(tmp_path / "a8")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(DistcoreError, match="is it a distcore run directory"):
+        runs.read_config(tmp_path / "other")
 
 
 def test_a_resume_whose_checkpoints_folder_is_a_file_says_so(tmp_path):
