@@ -267,14 +267,15 @@ RUN_TRACES = (".lock", "status.json", "job.json", "train.log")
 
 
 def read_config(run_dir) -> dict:
-    data = read_json(run_path(run_dir) / "config.json")
+    folder = run_path(run_dir)
+    data = read_json(folder / "config.json")
     if data is None:
         ended = ended_before_training(run_dir)
         if ended:
             raise DistcoreError(f"{ended}, so there is nothing to resume, evaluate or export: start it "
                                 "again under the same name.")
-        if any((run_path(run_dir) / name).exists() for name in RUN_TRACES) and \
-                not (run_path(run_dir) / "config.json").exists():  # (it asked "is it a distcore run directory?", QA)
+        if any((folder / name).exists() for name in RUN_TRACES) and \
+                not (folder / "config.json").exists():  # (it asked "is it a distcore run directory?", QA)
             raise DistcoreError(f"run {Path(run_dir).name} ended before it saved its settings (config.json; its log "
                                 "says why), so there is nothing to resume, evaluate or export: start it again under "
                                 "the same name.")
@@ -444,8 +445,19 @@ def binding_limit(config: TrainConfig) -> str:
             "steps or set them to 0 (no limit),")
 
 
-STATUS_TYPES = {"state": str, "message": str, "detail": str, "pid": int, "step": int, "total_steps": int,
-                "epoch": int, "time": (int, float), "examples_per_sec": (int, float), "eta_seconds": (int, float)}
+NUMBER = (int, float)
+STATUS_KINDS = {"state": str, "message": str, "detail": str, "pid": int, "step": int, "total_steps": int,
+                "epoch": int, "time": NUMBER, "examples_per_sec": NUMBER, "eta_seconds": NUMBER}
+METRICS_KINDS = {"step": int, "epoch": int, "loss": NUMBER, "examples": NUMBER, "examples_per_sec": NUMBER,
+                 "train_loss": NUMBER, "train_accuracy": NUMBER, "test_loss": NUMBER, "test_accuracy": NUMBER,
+                 "time": NUMBER, "event": str, "message": str, "checkpoint": str}
+
+
+def of_kind(key: str, value, kinds: dict) -> bool:
+    """Whether `value` is of the kind `kinds` names for `key` (any, for a key it does not name);
+    a bool is not a number here, though it is an int to Python."""
+    kind = kinds.get(key)
+    return kind is None or isinstance(value, kind) and not isinstance(value, bool)
 
 
 def read_status(run_dir) -> dict | None:
@@ -456,8 +468,7 @@ def read_status(run_dir) -> dict | None:
     if status is None:
         return None
     return {key: value for key, value in status.items()
-            if key not in STATUS_TYPES or value is None and key != "state"
-            or isinstance(value, STATUS_TYPES[key]) and not isinstance(value, bool)}
+            if value is None and key != "state" or of_kind(key, value, STATUS_KINDS)}
 
 
 def read_metrics(run_dir) -> list[dict]:
@@ -480,19 +491,10 @@ def read_metrics(run_dir) -> list[dict]:
     return records
 
 
-NUMBER_FIELDS = ("loss", "examples", "examples_per_sec", "train_loss", "train_accuracy", "test_loss",
-                 "test_accuracy", "time")
-
-
 def well_formed(record) -> bool:
-    """A metrics record: a JSON object whose step and epoch are whole numbers and whose
-    measurements are numbers (bool is an int to Python, not to this check)."""
-    if not isinstance(record, dict):
-        return False
-    number = lambda value, kinds: isinstance(value, kinds) and not isinstance(value, bool)  # noqa: E731
-    return (all(number(record[key], int) for key in ("step", "epoch") if key in record)
-            and all(number(record[key], (int, float)) for key in NUMBER_FIELDS if key in record)
-            and all(isinstance(record[key], str) for key in ("event", "message", "checkpoint") if key in record))
+    """A metrics record: a JSON object whose fields are of their kinds (METRICS_KINDS). One pass
+    over its fields: read_metrics reads every record of a run at each of the app's ticks."""
+    return isinstance(record, dict) and all(of_kind(key, value, METRICS_KINDS) for key, value in record.items())
 
 
 def list_checkpoints(run_dir) -> list[str]:
