@@ -174,16 +174,24 @@ def output_lost(err: OSError) -> bool:
     return True
 
 
+# The status a shell reports for a writer whose reader left (`yes | head` under pipefail):
+# Python ignores SIGPIPE and raises instead, so a command that lost its output ends with it.
+OUTPUT_LOST = 128 + signal.SIGPIPE
+
+
 def keep_training(on_record, stop):
     """`on_record` for a training run whose output may lose its reader: the run then stops
-    at the end of its loop, with a checkpoint, as for Ctrl-C. The error marked it failed at
-    once, with its status left "running" (the failure's own record hit the same pipe)."""
+    at the end of its loop, with a checkpoint, as for Ctrl-C, and exits OUTPUT_LOST (it
+    exited 0, as if finished, QA). The error marked it failed at once, with its status left
+    "running" (the failure's own record hit the same pipe)."""
     def guarded(record):
         try:
             on_record(record)
         except OSError as err:
             if not output_lost(err):
                 raise
+            if stop.signum is None:  # (a signal that came first keeps its own status)
+                stop.signum = signal.SIGPIPE
             stop.set()
     return guarded
 
@@ -656,7 +664,7 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
     except OSError as err:
         if not output_lost(err):
             raise
-        code = 1  # (a reader that left, as `| head -3` does: no traceback)
+        code = OUTPUT_LOST  # (a reader that left, as `| head -3` does: no traceback)
     if leave_at_once:  # the process ends now: nothing is left to stop. A stop that came while a
         for sig in stopping.STOPS:  # cluster worker left the usual way (seconds) killed it, and
             signal.signal(sig, signal.SIG_IGN)  # the launcher marked the finished run failed (QA)

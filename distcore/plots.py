@@ -74,7 +74,22 @@ def _step_label(step: int, row: list[list[int]], global_batch: int) -> str:
     size = sum(len(r) for r in row)
     if size < global_batch:
         return f"step {step + 1} (partial {size}/{global_batch})"
+    if size > global_batch:
+        return f"step {step + 1} (holds {size})"
     return f"step {step + 1}"
+
+
+def holds_more(steps: list, global_batch: int) -> bool:
+    """Whether a step carries more than a global batch (FILE across workers: each worker batches its
+    own files, and hands each batch out over several steps)."""
+    return any(sum(len(ids) for ids in row) > global_batch for row in steps)
+
+
+def steps_heading(steps: list, global_batch: int) -> str:
+    """'3 global batches of 4', or '4 steps (global batch 5)' where a step holds more than one."""
+    if holds_more(steps, global_batch):
+        return f"{count(len(steps), 'step')} (global batch {global_batch})"
+    return f"{count(len(steps), 'global batch')} of {global_batch}"
 
 
 MAX_LOSS_POINTS = 2000  # past that, each point of the loss plot is the mean of a few steps
@@ -113,7 +128,7 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     ))
     # Short: plotly does not wrap a title, and a phone is about 40 characters wide. The
     # colour key is in split_summary's text, which wraps.
-    title = f"{count(len(steps), 'global batch')} of {global_batch} over {count(replicas, 'replica')}"
+    title = f"{steps_heading(steps, global_batch)} over {count(replicas, 'replica')}"
     if len(rows) < len(steps):
         title += f"<br><sup>showing the first {max_rows // 2} and last {max_rows - max_rows // 2} steps</sup>"
     fig.update_layout(
@@ -173,15 +188,16 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
     examples = sum(len(ids) for row in steps for ids in row)
     distinct = len({i for row in steps for ids in row for i in ids})
     repeats = f" ({distinct} distinct ids: some reached more than one replica)" if distinct < examples else ""
-    lines = [f"**{examples} examples{repeats} → {count(len(steps), 'global batch')} of {plan.get('global_batch')}"
+    global_batch = int(plan.get("global_batch") or 0)
+    over = holds_more(steps, global_batch)
+    lines = [f"**{examples} examples{repeats} → {steps_heading(steps, global_batch)}"
              f" on {count(plan.get('replicas'), 'replica')}**{pieces_text(plan)}."]
     facts = split_facts(plan)
     if facts:
         shown = facts[:max_facts] + ([f"… and {len(facts) - max_facts} more."] if len(facts) > max_facts else [])
         lines.append(" ".join(shown))
-    else:
+    elif not over:
         lines.append("Every global batch is full and every replica got a piece of each.")
-    over = any(sum(len(ids) for ids in row) > (plan.get("global_batch") or 0) for row in steps)
     lines.append("\n*Cells: blue = piece of a full global batch" + (" (or of a step holding more: see the notes)"
                                                                    if over else "")
                  + ", amber = piece of a partial one, grey = empty"

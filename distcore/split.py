@@ -183,9 +183,10 @@ def describe(result: dict) -> list[str]:
         # FILE a worker takes both in turn), so one worker's plan cannot tell a full step from a
         # partial one: cluster_notes adds up every worker's pieces.
         notes.append(f"This is one of {workers} workers: it feeds {replicas // workers} of the {replicas} "
-                     f"replicas. At each step the replicas of all workers share one global batch of {g}, in "
-                     "pieces that can differ in size, so this worker's steps alone do not show whether a "
-                     "step was full: the cluster notes add up every worker's pieces.")
+                     f"replicas. At each step the replicas of all workers take their pieces together: one "
+                     f"global batch of {g}, except where each worker batches its own files (FILE), and then a "
+                     "step can hold more. Pieces can differ in size, so this worker's steps alone do not show "
+                     "whether a step was full: the cluster notes add up every worker's pieces.")
     if result.get("plain_iterator"):
         notes.append(
             "One CPU replica: it gets every batch whole, whichever API. distcore reads them through "

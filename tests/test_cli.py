@@ -97,8 +97,21 @@ def test_a_reader_that_leaves_stops_training_with_a_checkpoint_and_no_traceback(
     head.stdin.close()  # head's, so the pipe breaks when head leaves
     assert len(head.stdout.read().splitlines()) == 3
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
+    # 141, as a shell reports `yes | head` (it was 0, as if training had finished, QA)
+    assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in stderr, stderr[-2000:]
     assert_stopped_with_a_checkpoint(tmp_path / "run")
+
+
+def test_a_split_whose_reader_left_exits_as_the_shell_reports_a_broken_pipe():
+    # `split ... | head` exited 1, `train ... | head` 0: both now give what `yes | head` gives.
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # a reader that left before the first line
+    try:
+        proc = subprocess.run([sys.executable, "-m", "distcore", "split", "--examples", "8", "--global-batch", "4"],
+                              cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
 def test_devices_json():

@@ -322,7 +322,15 @@ def test_cluster_steps_holding_more_than_a_global_batch_are_called_so():
     merged = {"steps": [[a[0], b[0]] for a, b in zip(plans[0]["steps"], plans[1]["steps"])], "global_batch": 5,
               "replicas": 2, "notes": notes}
     from distcore import plots
-    assert "blue = piece of a full global batch (or of a step holding more: see the notes)" in plots.split_summary(merged)
+    summary = plots.split_summary(merged)
+    assert "blue = piece of a full global batch (or of a step holding more: see the notes)" in summary
+    # Not "4 global batches of 5": steps 1 and 3 hold 6.
+    assert "20 examples → 4 steps (global batch 5) on 2 replicas" in summary
+    figure = plots.split_figure(merged)
+    assert figure.layout.title.text.startswith("4 steps (global batch 5) over 2 replicas")
+    assert list(figure.data[0].y) == ["step 1 (holds 6)", "step 2 (partial 4/5)", "step 3 (holds 6)",
+                                      "step 4 (partial 4/5)"]
+    assert "except where each worker batches its own files (FILE)" in split.describe(plans[0])[0]
 
 
 def test_a_run_of_partial_cluster_steps_is_one_note():
