@@ -145,7 +145,7 @@ class Controller:
         config = self.config
         self.data = data_lib.subset(data_lib.read_dir(folder), config.train_examples, config.test_examples)
         if config.workers > 1:
-            with self.stop.while_connecting(announce=self.waiting_message()):
+            with self.stop.while_connecting(announce=self.waiting_message(), remind=self.still_waiting_message()):
                 self.strategy = devices.make_multiworker_strategy()
             self.check_same_flags(resume)  # before any other collective: mismatched ones hang
         else:
@@ -180,6 +180,13 @@ class Controller:
         return (f"worker {self.task.index}: waiting for the other workers ({', '.join(others)}) to connect. "
                 "Ctrl-C stops every worker at step 0 once all have connected; a second Ctrl-C "
                 "(half a second later or more) leaves at once.")
+
+    def still_waiting_message(self) -> str:
+        """What a bare worker says when its wait goes on (TensorFlow's has no end of its own)."""
+        return (f"worker {self.task.index}: still waiting for the other workers. Check that each is started, "
+                "that this host can reach it at that address, and that every worker was given the same list "
+                f"of workers in the same order ({', '.join(self.task.addresses)}): a worker given another list "
+                "waits for workers that never come.")
 
     def check_same_flags(self, resume: bool) -> None:
         """Every worker must train the same run: compare what each was given, in one all-gather.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -28,6 +29,10 @@ LAUNCHED_ENV = "DISTCORE_LAUNCHED_WORKER"
 # Signals this close together are one request (a Ctrl-C can reach a worker twice: from
 # the terminal, and through a wrapper script that passes signals on).
 SAME_REQUEST_SECONDS = 0.5
+# When a worker still waiting for its peers says again what may be wrong: after a minute, then
+# every five. TensorFlow's start-up barrier has no end of its own (a peer never started, a
+# mistyped address, workers given different worker lists).
+REMIND_SECONDS = (60, 300)
 BEFORE_TRAINING = "stopped before training began"
 # The stop requests: handled here, passed on by the cluster launcher. SIGHUP is a closed
 # terminal: it ended a run at once, with no checkpoint and its status left "running" (QA).
@@ -219,7 +224,7 @@ class StopFlag:
         os._exit(self.exit_status())  # nothing trained yet, nothing to save: do not wait for TensorFlow
 
     @contextlib.contextmanager
-    def while_connecting(self, announce: str = ""):
+    def while_connecting(self, announce: str = "", remind: str = ""):
         """Around a cluster worker's wait for its peers in TensorFlow's start-up barrier.
 
         No Python code runs there: TensorFlow holds the GIL until every worker has
@@ -231,7 +236,8 @@ class StopFlag:
         through), as before training anywhere. The other workers then wait for it, as for
         a worker never started. Workers of the cluster launcher need none of this: it
         stops stuck workers itself. `announce` is printed to stderr once the watcher is up:
-        a waiting worker is otherwise silent on its terminal, for as long as it waits.
+        a waiting worker is otherwise silent on its terminal, for as long as it waits. The
+        watcher prints `remind` after REMIND_SECONDS of waiting, with the time waited.
         """
         if os.environ.get(LAUNCHED_ENV) or threading.current_thread() is not threading.main_thread():
             yield  # (the wakeup fd can only be set from the main thread)
@@ -244,7 +250,8 @@ class StopFlag:
         watcher = None
         try:
             watcher = subprocess.Popen(
-                [sys.executable, "-m", "distcore.stopping", str(read_end), str(os.getpid()), str(self.run_dir or "")],
+                [sys.executable, "-m", "distcore.stopping", str(read_end), str(os.getpid()), str(self.run_dir or ""),
+                 remind, *map(str, REMIND_SECONDS)],
                 pass_fds=(read_end,), start_new_session=True, env=env)  # its own session: no Ctrl-C of its own
             if announce:
                 print(announce, file=sys.stderr, flush=True)
@@ -286,11 +293,22 @@ def mark_state(run_dir: Path | None, pid: int, state: str, message: str, only_fr
     write_status(run_dir, {**status, "state": state, "message": message})
 
 
-def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None) -> None:
-    """The watcher process of StopFlag.while_connecting: reads worker `pid`'s signals."""
-    first = None
+def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None, remind: str = "",
+                           remind_seconds: tuple[float, float] = REMIND_SECONDS) -> None:
+    """The watcher process of StopFlag.while_connecting: reads worker `pid`'s signals until
+    the worker closes the pipe (it connected, or failed), and says `remind` now and then."""
+    first, began = None, time.monotonic()
+    next_reminder = began + remind_seconds[0]
     with os.fdopen(read_end, "rb", buffering=0) as pipe:
-        while signums := pipe.read(64):
+        while True:
+            if not select.select([pipe], [], [], max(0.0, next_reminder - time.monotonic()))[0]:
+                if remind:
+                    print(f"{remind} (waiting for {waited(time.monotonic() - began)})", file=sys.stderr, flush=True)
+                next_reminder += remind_seconds[1]
+                continue
+            signums = pipe.read(64)
+            if not signums:
+                return
             if not any(s in STOPS for s in signums):
                 continue
             now = time.monotonic()
@@ -306,5 +324,14 @@ def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None) -> Non
                 return
 
 
+def waited(seconds: float) -> str:
+    """'45 s', '3 min', '2 h 5 min'."""
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return f"{seconds:.0f} s"
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+
 if __name__ == "__main__":
-    watch_while_connecting(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]) if sys.argv[3] else None)
+    watch_while_connecting(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]) if sys.argv[3] else None,
+                           sys.argv[4], (float(sys.argv[5]), float(sys.argv[6])))

@@ -382,6 +382,21 @@ def test_workers_of_the_launcher_do_not_announce_their_wait(monkeypatch, capfd):
     assert "waiting" not in capfd.readouterr().err
 
 
+def test_a_worker_still_waiting_for_its_peers_says_again_what_may_be_wrong(monkeypatch, capfd):
+    # TensorFlow's start-up barrier has no end of its own: a worker given another worker list
+    # than its peers' waited, silent after its first line, for as long as it was left.
+    monkeypatch.delenv(stopping.LAUNCHED_ENV, raising=False)
+    monkeypatch.setattr(stopping, "REMIND_SECONDS", (1, 1))
+    with stopping.StopFlag(cluster=True).while_connecting(announce="worker 1: waiting", remind="worker 1: still"):
+        time.sleep(2.7)  # as TensorFlow's barrier: the watcher process speaks meanwhile
+    err = capfd.readouterr().err
+    assert err.index("worker 1: waiting") < err.index("worker 1: still (waiting for 1 s)") \
+        < err.index("worker 1: still (waiting for 2 s)")
+    time.sleep(1.5)
+    assert "still" not in capfd.readouterr().err  # the watcher left with the wait
+    assert [stopping.waited(s) for s in (45, 60, 3599, 7500)] == ["45 s", "1 min", "59 min", "2 h 5 min"]
+
+
 def test_bare_workers_asked_once_while_connecting_stop_together_at_step_0(tmp_path):
     run_dir = tmp_path / "run"
     configs = cluster.local_tf_configs(2)
