@@ -14,6 +14,8 @@ Keras 3 losses take `reduction="none"` instead of `Reduction.NONE`.
 
 from __future__ import annotations
 
+import logging
+
 import keras
 import tensorflow as tf
 
@@ -23,6 +25,26 @@ from .model import create_model, forward
 from .optimizer import create_optimizer
 
 SUM = tf.distribute.ReduceOp.SUM
+
+
+class OwnTracingNotRetracing(logging.Filter):
+    """Drops TensorFlow's warning that a StepRunner's step loop "triggered tf.function retracing".
+
+    TensorFlow counts traces by the Python function's code, across all objects: each new
+    StepRunner (a Controller, an evaluation) traces its own functions once, as it must, and
+    from the fifth in one process (a notebook's) TensorFlow warned of retracing in a loop.
+    Its warnings about other functions pass.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("triggered tf.function retracing" in message and f"{__name__}.StepRunner object" in message)
+
+
+def quiet_own_tracing() -> None:
+    logger = tf.get_logger()
+    if not any(isinstance(f, OwnTracingNotRetracing) for f in logger.filters):
+        logger.addFilter(OwnTracingNotRetracing())
 
 
 class StepRunner:
@@ -51,6 +73,7 @@ class StepRunner:
             self.epoch_loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=only_first)
             self.epoch_examples = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
         self.loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        quiet_own_tracing()
         self.train_steps = tf.function(self._train_steps)
         self.test_pass = tf.function(self._test_pass)
 

@@ -1,5 +1,6 @@
 """The inner loop: the tutorial's loss scaling makes every device set train alike."""
 
+import logging
 import warnings
 
 import numpy as np
@@ -125,3 +126,22 @@ def test_test_pass_sees_every_example_and_warns_nothing(fmnist):
     assert accuracy == pytest.approx(float(np.mean(logits.argmax(axis=1) == labels)), abs=1e-6)
     per_example = runner.loss_object(labels.astype("int32"), logits)
     assert loss == pytest.approx(float(tf.reduce_mean(per_example)), rel=1e-5)
+
+
+def test_each_new_runner_traces_its_own_step_without_a_retracing_warning(fmnist):
+    # A notebook's fifth Controller drew TensorFlow's "triggered tf.function retracing" warning:
+    # it counts traces by the function's code, across every StepRunner's own functions.
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = tf.get_logger()
+    logger.addHandler(handler)
+    try:
+        for _ in range(7):
+            first_step(fmnist, 2, n=8, global_batch=8)
+        logger.warning(  # (a warning about another function still passes)
+            "7 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing.")
+    finally:
+        logger.removeHandler(handler)
+    assert [m for m in seen if "retracing" in m] == [
+        "7 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing."]
