@@ -19,6 +19,7 @@ import html
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -1383,6 +1384,7 @@ def main() -> None:
     except DistcoreError as e:
         sys.exit(f"error: {e}")
     keep_large_blocks_off_the_heap()
+    signal.signal(signal.SIGTERM, lambda signum, frame: leave_stopping_own_runs(root))
     demo = build_app(root, max_jobs)
     # Warm the split planner up in the background so the first "Show split" is quick.
     threading.Thread(target=_warm_up, args=(demo.planner,), daemon=True).start()
@@ -1395,6 +1397,17 @@ def main() -> None:
         sys.exit(f"error: cannot serve on {host}:{port}: {e}")
     finally:
         demo.planner.close()
+
+
+def leave_stopping_own_runs(root: Path) -> None:
+    """SIGTERM (`docker stop`, a Space's restart, a service manager): the container's end takes
+    this app's trainings with it, so they stop first, each with a checkpoint. Ctrl-C leaves
+    them training, to be followed again by the next app on this runs folder."""
+    print("distcore app: SIGTERM, stopping the runs this app started (each saves a checkpoint) ...",
+          file=sys.stderr, flush=True)
+    stopped = jobs.stop_own_runs(root)
+    print(f"distcore app: stopped {', '.join(stopped) if stopped else 'no runs'}; leaving.", file=sys.stderr, flush=True)
+    raise SystemExit(128 + signal.SIGTERM)
 
 
 def _warm_up(planner: jobs.Planner) -> None:

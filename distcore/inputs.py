@@ -171,6 +171,17 @@ def cache_root() -> Path:
     return Path(os.environ.get("DISTCORE_CACHE_DIR") or default)
 
 
+def make_shared_cache_root() -> None:
+    """Make $DISTCORE_CACHE_DIR, when distcore is first to use it, writable by every user and
+    sticky, as /tmp is: an image names one folder for all its users (`docker run --user`), and
+    the first user's 0755 folder refused the others any training-set size not cached yet (QA).
+    Sticky: none can remove another's cache."""
+    chosen = os.environ.get("DISTCORE_CACHE_DIR")
+    if chosen and not Path(chosen).exists():
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+        os.chmod(chosen, 0o1777)
+
+
 def write_records(folder: Path, images: np.ndarray, labels: np.ndarray, shards: int = RECORD_SHARDS) -> list[str]:
     """Write (index, label, image) records into `shards` contiguous files, once.
 
@@ -245,6 +256,7 @@ def train_records(data, train_examples: int) -> list[str]:
     folder = cache_root() / f"fashion-mnist-train-{len(data.train_labels)}-{digest.hexdigest()}"
     check_utf8_path(folder, "the TFRecord cache")
     try:
+        make_shared_cache_root()
         return write_records(folder, data.train_images, data.train_labels)
     except OSError as err:
         chosen = os.environ.get("DISTCORE_CACHE_DIR")  # (it said "set DISTCORE_CACHE_DIR" when it was set)

@@ -355,6 +355,44 @@ def stop_training(run_dir, startup_timeout: float = 90) -> bool:
         time.sleep(0.2)
 
 
+def parent_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])  # (the command in brackets may hold spaces)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def own_runs(runs_root) -> dict[str, int]:
+    """The runs whose training process this process launched and that still train: name -> pid."""
+    found = {}
+    for path in run_dirs(runs_root):
+        pid = (runs.read_json(path / JOB_FILE) or {}).get("pid")
+        if isinstance(pid, int) and parent_pid(pid) == os.getpid() and is_train_process(pid, path):
+            found[path.name] = pid
+    return found
+
+
+def stop_own_runs(runs_root, timeout: float = 8.0) -> list[str]:
+    """Stop the runs this process launched, each with a checkpoint, as **Stop training** does,
+    and wait up to `timeout` seconds for them to end; return their names.
+
+    The app's answer to SIGTERM. `docker stop`, Kubernetes and service managers send it, then
+    kill everything in the container after a grace period (Docker's: 10 s), the training
+    processes too, though they run in sessions of their own: every step since a run's last
+    checkpoint was lost (up to an epoch, QA), and the runs read "died". As PID 1 in a
+    container, the app without a handler did not even see the SIGTERM.
+    """
+    own = own_runs(runs_root)
+    for pid in own.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)  # a cluster launcher passes it on to its workers
+    deadline = time.monotonic() + timeout
+    while any(runs.pid_alive(pid) for pid in own.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return sorted(own)
+
+
 def wait_until_done(run_dir, timeout: float = 120, poll: float = 0.2) -> bool:
     """Wait for the run's process to end; True if it did within timeout."""
     deadline = time.monotonic() + timeout

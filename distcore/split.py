@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -263,12 +264,26 @@ def delivery_notes(result: dict) -> list[str]:
     return notes
 
 
+def tf_message(err) -> str:
+    """The first line of TensorFlow's error, without its internals: the op's `{{function_node ...}}`
+    and the `goo.gle/debug...` link that stands for a debug dump."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    first = re.sub(r":?\s*goo\.gle/\S+", "", re.sub(r"\{\{function_node [^}]*\}\}\s*", "", first))
+    return first.strip()[:400] or type(err).__name__
+
+
 def explain_tf_error(config: SplitConfig, err) -> str:
-    message = str(err).strip().splitlines()[0][:400] if str(err).strip() else type(err).__name__
-    text = f"TensorFlow refused this plan: {type(err).__name__}: {message}"
-    if config.policy == "file" and not config.files:
+    text = f"TensorFlow refused this plan: {type(err).__name__}: {tf_message(err)}"
+    if config.policy == "file" and not config.files and config.shuffle_seed is not None:
+        # The advice for the toy ids (source files) is refused for these rows (config.py).
+        text += (" (FILE sharding hands out whole input files, and the Fashion-MNIST rows are shown from "
+                 "memory, which has no files. Training refuses FILE across workers too. To see what FILE does "
+                 "across workers, use the toy ids with at least as many source files as workers; or use the "
+                 "DATA or AUTO policy.)")
+    elif config.policy == "file" and not config.files:
         text += (" (FILE sharding hands out whole input files, but this dataset is made in memory and "
-                 "reads no files: write it to source files (--files F), or use the DATA or AUTO policy.)")
+                 "reads no files: write it to source files (Source files in the app, --files F in the CLI), "
+                 "or use the DATA or AUTO policy.)")
     elif config.policy in ("file", "auto") and config.workers > config.files:
         auto = ("AUTO shards by FILE when the data comes from files, and does not fall back to DATA "
                 "when there are too few: " if config.policy == "auto" else "")

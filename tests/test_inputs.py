@@ -1,5 +1,7 @@
 """Input pipelines: what each replica is fed."""
 
+import stat
+
 import numpy as np
 import pytest
 
@@ -83,3 +85,21 @@ def test_an_unusable_cache_dir_is_named_as_set_or_not(fmnist, tmp_path, monkeypa
     with pytest.raises(DistcoreError, match=r"^the TFRecord cache .*ca \\udcff/fashion-mnist-train-16-\w+ is not "
                                             r"UTF-8 text as this process read it"):
         inputs.train_records(few, 16)
+
+
+def test_a_cache_dir_distcore_makes_is_open_to_every_user_as_tmp_is(fmnist, tmp_path, monkeypatch):
+    # QA: the image's DISTCORE_CACHE_DIR, made 0755 by its first user, refused every other user
+    # of the container (`docker run --user`) each training-set size not cached yet.
+    from distcore import data
+
+    few = data.subset(fmnist, 16, 16)
+    shared = tmp_path / "made" / "cache"
+    monkeypatch.setenv("DISTCORE_CACHE_DIR", str(shared))
+    inputs.train_records(few, 16)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777  # sticky: none removes another's cache
+    assert stat.S_IMODE((tmp_path / "made").stat().st_mode) != 0o1777  # only the folder named
+    own = tmp_path / "own"
+    own.mkdir(mode=0o700)
+    monkeypatch.setenv("DISTCORE_CACHE_DIR", str(own))
+    inputs.train_records(few, 16)
+    assert stat.S_IMODE(own.stat().st_mode) == 0o700  # a folder the user made keeps its mode

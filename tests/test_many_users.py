@@ -85,17 +85,14 @@ def leftovers(app_pid, runs_root):
     return bad
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The app in a subprocess: (url, pid, runs root)."""
-    home = tmp_path_factory.mktemp("many")
+def start_app(home: Path, log):
+    """`python app.py` in a subprocess, serving: (its Popen, url, runs root)."""
     root = (home / "runs").resolve()
     root.mkdir()
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "DISTCORE_RUNS_DIR": str(root),
            "DISTCORE_MAX_JOBS": str(MAX_JOBS), "GRADIO_ANALYTICS_ENABLED": "False"}
     env.pop("GRADIO_SERVER_NAME", None)
-    log = open(home / "app.log", "wb")
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=home, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -112,6 +109,15 @@ def server(tmp_path_factory):
     if not wait_for(up, timeout=180, poll=0.25) or proc.poll() is not None:
         proc.kill()
         pytest.fail(f"the app did not start: {(home / 'app.log').read_text()[-2000:]}")
+    return proc, url, root
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The app in a subprocess: (url, pid, runs root)."""
+    home = tmp_path_factory.mktemp("many")
+    log = open(home / "app.log", "wb")
+    proc, url, root = start_app(home, log)
     yield url, proc.pid, root
     for run_dir in root.iterdir():  # a failed test may leave runs going: stop them
         pid = jobs.job_pid(run_dir)
@@ -399,6 +405,36 @@ def test_start_stop_cycles_leave_memory_threads_and_processes_as_they_were(serve
     assert jobs.active_runs(root) == []
     assert client(url).predict("toy", 6, 60000, 4, 2, [], "auto", "dataset", False, 0, 1,
                                api_name="/show_split")[1].startswith("**6 examples")
+
+
+# ---------------------------------------------------------------- docker stop
+
+def test_sigterm_stops_the_apps_own_runs_with_a_checkpoint_before_it_leaves(tmp_path):
+    # `docker stop` (QA): the app, PID 1, ignored the SIGTERM; after the grace period everything
+    # in the container was killed, its runs' steps since their last checkpoint lost.
+    with open(tmp_path / "app.log", "wb") as log:
+        app, url, root = start_app(tmp_path, log)
+        cli = subprocess.Popen([sys.executable, "-m", "distcore", "train", "--run-dir", str(root / "by-cli"),
+                                *jobs.options_to_args({"replicas": 1, "model": "mlp", "epochs": 20,
+                                                       "train_examples": 512, "test_examples": 100})],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            message = client(url).predict("by-app", *train_form(), api_name="/start_run")[0]
+            assert message.startswith("Started **by-app**"), message
+            assert wait_for(lambda: all((runs.read_status(root / name) or {}).get("step", 0) >= 8
+                                        for name in ("by-app", "by-cli")), timeout=180)
+            app.send_signal(signal.SIGTERM)
+            assert app.wait(timeout=30) == 128 + signal.SIGTERM
+            stopped = runs.read_status(root / "by-app")
+            assert stopped["state"] == "stopped" and runs.list_checkpoints(root / "by-app")[-1] == f"ckpt-{stopped['step']}"
+            assert jobs.is_active(root / "by-cli")  # not the app's: the CLI's user stops it
+        finally:
+            for proc in (app, cli):
+                if proc.poll() is None:
+                    proc.kill()
+            cli.wait()
+    said = (tmp_path / "app.log").read_text()
+    assert "distcore app: stopped by-app; leaving." in said, said[-2000:]
 
 
 # ---------------------------------------------------------------- a port in use

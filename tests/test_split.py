@@ -257,6 +257,19 @@ def test_file_sharding_error_asks_for_at_least_as_many_files_as_workers():
     assert "at least as many files as workers" in text and "more files than workers" not in text
 
 
+def test_file_sharding_of_the_fashion_rows_is_not_sent_to_source_files_they_refuse():
+    # QA: the error said "write it to source files (--files F)", which these rows refuse, in the
+    # app too, after TensorFlow's `{{function_node ...}}` and a goo.gle link.
+    config = SplitConfig(examples=60, global_batch=4, devices=("cpu:0",), policy="file", workers=2, shuffle_seed=0)
+    err = ValueError("{{function_node __wrapped__AutoShardDataset_device_/job:worker/replica:0/task:0/device:CPU:0}} "
+                     "Found an unshardable source dataset: goo.gle/debugonly \nname: ...")
+    text = split.explain_tf_error(config, err)
+    assert text.startswith("TensorFlow refused this plan: ValueError: Found an unshardable source dataset (FILE")
+    assert "--files" not in text and "toy ids with at least as many source files as workers" in text
+    toy = SplitConfig(examples=60, global_batch=4, devices=("cpu:0",), policy="file", workers=2)
+    assert "Source files in the app, --files F in the CLI" in split.explain_tf_error(toy, err)
+
+
 def test_each_worker_note_is_true_of_that_worker_and_the_cluster_counts_the_dropped():
     # `split --workers 2 --examples 7 --global-batch 4 --drop-remainder`: both workers' notes said
     # "dropped the last 5" (7 minus one worker's 2); 4 of the 7 reached the workers, 3 were dropped.
