@@ -266,7 +266,9 @@ def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, worker
                 f"{'gets' if empty == 1 else 'get'} an empty batch (still running the step and joining the "
                 "all-reduce, adding nothing)"
                 if g < replicas else
-                f"**{g} does not divide evenly by {shown}** {arithmetic}: replicas will get unequal batches")
+                f"**{g} does not divide evenly by {shown}** {arithmetic}: replicas will get unequal batches, "
+                "and some may get an empty one at every step (TensorFlow cuts pieces of the rounded-up size: "
+                "4 over 3 replicas is 2/2/0)")
         return (f"⚠️ {what}, and distribute_datasets_from_function refuses it. Press **Show split** to see exactly.")
     return f"Per-replica batch: **{g // replicas}** ({g} / {shown}{why})"
 
@@ -295,7 +297,7 @@ def show_split(settings: AppSettings, planner, source, toy_examples, train_examp
         global_batch = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
         files = check_int("source files", files, low=0, high=64)
         workers = check_int("worker processes", workers, high=MAX_WORKERS)
-        shuffle_seed = check_int("seed", seed if seed is not None else 0, low=0) if source == FASHION else None
+        shuffle_seed = check_int("seed", seed if seed is not None else 0, low=0, high=MAX_SEED) if source == FASHION else None
         if workers > 1:
             return split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files,
                                     shuffle_seed)

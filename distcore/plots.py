@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -48,9 +49,19 @@ def format_ids(ids: list[int], max_chars: int = 22) -> str:
         if i is not None:
             start = prev = i
     text = ",".join(parts)
-    if len(text) > max_chars:
-        text = text[:max_chars].rsplit(",", 1)[0] + ",…"
-    return text
+    if len(text) <= max_chars:
+        return text
+    # Whole runs only: cutting inside one showed 19520–19529 as "19520–195,…" (QA).
+    kept = []
+    for part in parts:
+        if len(",".join(kept + [part])) + 2 > max_chars:
+            break
+        kept.append(part)
+    if kept:
+        return ",".join(kept) + ",…"
+    first = re.split("[,–]", parts[0])[0]
+    label = first + ("–…" if parts[0].startswith(first + "–") else ",…")
+    return label if len(label) <= max_chars else first + "…"
 
 
 def cell_kind(ids: list[int], step_total: int, global_batch: int) -> int:
@@ -109,7 +120,7 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     rows = shown_steps(len(steps), max_rows)
     # Plotly does not clip a cell's text: shuffled rows (no runs to shorten) spilt into the
     # next cells at 8 replicas, or 3 on a phone. The hover has them all.
-    width = 22 if replicas <= 2 else 12 if replicas <= 4 else 9
+    width = 22 if replicas <= 2 else 12 if replicas <= 4 else 9 if replicas <= 8 else 6  # (16: spilt at 9, QA)
     z, text, hover, ylabels = [], [], [], []
     for s in rows:
         row = list(shown[s]) + [[]] * (replicas - len(shown[s]))
@@ -117,7 +128,8 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
         z.append([cell_kind(ids, total, global_batch) for ids in row])
         text.append([format_ids(sorted(ids), width) for ids in row])  # a replica's batch as a set: easier to read
         hover.append([f"{count(len(ids), 'example')}: {format_ids(sorted(ids), 200)}" for ids in row])
-        ylabels.append(_step_label(s, row, global_batch))
+        gap = bool(ylabels) and s != rows[len(ylabels) - 1] + 1  # steps left out above: say so in place
+        ylabels.append(("⋯ " if gap else "") + _step_label(s, row, global_batch))
     xlabels = [f"replica {r}" + (f"<br>{devices[r]}" if r < len(devices) else "")
                for r in range(replicas)]
     fig = go.Figure(go.Heatmap(

@@ -469,7 +469,8 @@ OWN_SIZE = (LEGACY + ": under DATA sharding (and AUTO when the input reads no fi
 OWN_SIZE_MAPPED = (LEGACY + ". A map follows the batch here, as training's normalisation does, and TensorFlow "
                    "cannot read the batch size through it while a partial last batch is kept, so it cuts batches "
                    "this way under every shard policy. A pipeline that ends at batch() gets fixed per-replica "
-                   "sizes, filled in order, under FILE and OFF: see `split --no-map`.")
+                   "sizes, filled in order, under FILE and OFF, and under AUTO when it shards by file: "
+                   "see `split --no-map` in the CLI (the app's plans always have the map).")
 SAME = ("TensorFlow's two ways of cutting a batch (fixed per-replica sizes filled in order, and pieces of "
         "ceil(size / replicas)) give the same pieces here, so the policy changes nothing in this plan.")
 

@@ -78,6 +78,8 @@ def test_batch_note(settings):
     assert "(1 / 8 replicas = 0.125)" in app.batch_note(settings, 1, 8, [])  # not 0.12
     assert "**4 examples for 8 replicas** (4 / 8 replicas = 0.5): at each step 4 of them get an empty batch" in (
         app.batch_note(settings, 4, 8, []))  # 1/1/1/1/0/0/0/0
+    # 12 over 8 is 2/2/2/2/2/2/0/0: "unequal batches" alone hid the two replicas always empty (QA)
+    assert "some may get an empty one at every step" in app.batch_note(settings, 12, 8, [])
     assert is_error(app.batch_note(settings, 0, 2, []))
     assert is_error(app.batch_note(settings, -8, 2, []))
     assert is_error(app.batch_note(settings, 64, None, []))
@@ -112,6 +114,8 @@ def test_show_split_seed_examples(settings, planner):
     (6, 8, 2, {}, "larger than the dataset"),
     (6, 4, 3, {"api": "function"}, "divide evenly"),
     (6, 4, 2, {"policy": "bogus"}, "shard policy"),
+    # One range for the seed, whatever was wrong: -1 said "from 0 up", a huge one "from 0 to 2147483647" (QA).
+    (6, 4, 2, {"source": app.FASHION, "seed": -1}, "a whole number from 0 to 2147483647"),
 ])
 def test_show_split_bad_input(settings, planner, n, g, r, kw, message):
     fig, text = split(settings, planner, n, g, r, **kw)

@@ -30,6 +30,17 @@ def test_format_ids_makes_ranges():
     assert plots.format_ids(list(range(32))) == "0–31"
     assert plots.format_ids([0, 1, 2, 7, 9, 10, 11]) == "0–2,7,9–11"
     assert plots.format_ids(list(range(0, 400, 2))).endswith(",…")
+    # Cut between runs, never inside one: 19520–19529 read "19520–195,…" at 8 replicas (QA).
+    assert plots.format_ids(list(range(19520, 19530)), 9) == "19520–…"
+    assert plots.format_ids(list(range(19520, 19530)), 6) == "19520…"
+    assert plots.format_ids([99700, 99701], 9) == "99700,…"
+    assert plots.format_ids([3, 5, 8, 13, 21], 9) == "3,5,8,…"
+    for ids in ([964, 3140, 3540, 27, 726], list(range(99700, 99750)), [1, 2, 3, 10, 11, 12]):
+        for width in (6, 9, 12):
+            label = plots.format_ids(ids, width)
+            assert len(label) <= width, (ids, width, label)
+            numbers = label.rstrip("…").rstrip(",–").replace("–", ",").split(",")
+            assert all(n.isdigit() and int(n) in ids for n in numbers), (ids, width, label)
 
 
 def test_split_figure_full_then_partial_batch():
@@ -51,7 +62,7 @@ def test_split_figure_marks_empty_replica():
 def test_split_figure_shows_first_and_last_steps_of_long_plans():
     steps = [[[2 * s], [2 * s + 1]] for s in range(100)]
     fig = plots.split_figure(plan(steps, 2), max_rows=6)
-    assert list(heatmap(fig).y) == ["step 1", "step 2", "step 3", "step 98", "step 99", "step 100"]
+    assert list(heatmap(fig).y) == ["step 1", "step 2", "step 3", "⋯ step 98", "step 99", "step 100"]
     assert "showing the first 3 and last 3" in fig.layout.title.text
 
 
@@ -232,3 +243,10 @@ def test_the_split_table_lists_every_steps_ids_the_plot_leaves_out():
     long = plots.split_table({"steps": [[list(range(100))]] * 300, "replicas": 1, "global_batch": 100})
     assert "the first 100 and last 100 steps' ids" in long and "| step 300 | 0–99 |" in long
     assert "| step 101 |" not in long and len(re.findall(r"\| step \d+", long)) == 200
+
+
+def test_steps_left_out_of_the_picture_are_marked_where_they_were():
+    # QA: "step 6" sat right above "step 95", evenly spaced; only a small subtitle told.
+    steps = [[[2 * k], [2 * k + 1]] for k in range(100)]
+    labels = list(plots.split_figure({"steps": steps, "global_batch": 2, "replicas": 2}).data[0].y)
+    assert labels == [f"step {k}" for k in range(1, 7)] + ["⋯ step 95"] + [f"step {k}" for k in range(96, 101)]
