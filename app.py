@@ -411,26 +411,40 @@ def run_dir_of(settings: AppSettings, name) -> Path:
     return run_dir
 
 
-def claiming(handler):
+def claiming(settings: AppSettings, handler):
     """A Start or Resume handler that also keeps, in this session's list `mine` (its first
-    argument, returned last), the run it started: the run picker's new value."""
+    argument, returned last), the run it started, the run picker's new value, with the process
+    it started: [name, pid]. By name alone, the claim outlived that process, and one click
+    stopped another user's resume of the run, or a CLI's (QA)."""
     def claim(mine, *args):
         out = handler(*args)
         started = out[1].get("value") if isinstance(out[1], dict) else None  # gr.skip(): nothing started
-        return (*out, [*(mine or []), started] if started else mine)
+        if not started:
+            return (*out, mine)
+        return (*out, [*(mine or []), [started, jobs.launched_pid(runs.safe_run_dir(settings.runs_root, started))]])
     return claim
 
 
 def stop_click(settings: AppSettings, mine, armed, name):
-    """Stop training: at once for a run this page started or resumed; any other asks for a
-    second click within CONFIRM_SECONDS. A fresh page follows the newest running run, which
-    may be another user's, and one click stopped it (QA). Returns (message, armed)."""
+    """Stop training: at once for a run this page started or resumed, while that process
+    trains it; any other asks for a second click within CONFIRM_SECONDS. A fresh page follows
+    the newest running run, which may be another user's, and one click stopped it (QA).
+    Returns (message, armed)."""
     now = time.time()
     confirmed = bool(armed) and armed["name"] == name and now - armed["time"] < CONFIRM_SECONDS
-    if name in (mine or []) or confirmed or name not in jobs.active_runs(settings.runs_root):
+    if confirmed or name not in jobs.active_runs(settings.runs_root) or started_here(settings, mine, name):
         return stop_run(settings, name), None
     return (f"**{name}** was not started from this page: it may be another user's run. To stop it, "
             f"press **Stop training** again within {CONFIRM_SECONDS} s.", {"name": name, "time": now})
+
+
+def started_here(settings: AppSettings, mine, name) -> bool:
+    """Whether the process now training run `name` is one this page started."""
+    try:
+        pid = jobs.job_pid(runs.safe_run_dir(settings.runs_root, name))
+    except DistcoreError:
+        return False
+    return pid is not None and [name, pid] in (mine or [])
 
 
 def stop_run(settings: AppSettings, name) -> str:
@@ -658,8 +672,12 @@ def log_text(run_dir: Path, metrics: list[dict], n: int = 12) -> str:
     (train.log: the command, then what it printed), each in its own order."""
     events = [event_line(m) for m in metrics if "event" in m][-n:]
     output = jobs.tail_lines(run_dir / jobs.LOG_FILE, n)
+    # "(none yet)" for a finished CLI or library run read as if output were still to come (QA).
+    missing = ("(none yet)" if (run_dir / jobs.LOG_FILE).exists() else
+               "(none: the app keeps the output of the processes it starts; this run's came from the CLI or a "
+               "Python program, which printed it where it ran)")
     return "\n".join(["── events ──", *(events or ["(none yet)"]),
-                      "── process output (train.log) ──", *(output or ["(none yet)"])])
+                      "── process output (train.log) ──", *(output or [missing])])
 
 
 def event_line(m: dict) -> str:
@@ -1264,10 +1282,10 @@ def _train_tab(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) 
     recent = gr.State(None)  # per session: its last start with an empty name (start_click)
     mine = gr.State([])  # per session: the runs it started or resumed (claiming)
     armed = gr.State(None)  # per session: a Stop of another run, waiting for its second click
-    start.click(claiming(bind(start_click, settings, lock)), [mine, recent, ui["name"], *_train_form(setup)],
+    start.click(claiming(settings, bind(start_click, settings, lock)), [mine, recent, ui["name"], *_train_form(setup)],
                 [ui["message"], ui["run"], recent, mine], api_name="start_run")
     stop.click(bind(stop_click, settings), [mine, armed, ui["run"]], [ui["message"], armed], api_name="stop_run")
-    resume.click(claiming(bind(resume_run, settings, lock)), [mine, ui["run"], *_train_form(setup)],
+    resume.click(claiming(settings, bind(resume_run, settings, lock)), [mine, ui["run"], *_train_form(setup)],
                  [ui["message"], ui["run"], mine], api_name="resume_run")
     refresh.click(lambda name: run_dropdown(settings, name), ui["run"], ui["run"],
                   api_name="refresh_runs")

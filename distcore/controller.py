@@ -166,6 +166,7 @@ class Controller:
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
         self.first_chunk_done = False
         self.test_seconds = None  # the last test pass's, for the ETA
+        self.last_timing = None  # (examples/s, seconds per step) of the last timed chunk
         self.tested_once = False
 
     def roll_back(self, step: int, epochs: int) -> None:
@@ -427,20 +428,26 @@ class Controller:
 
     def train_epoch(self, iterator, epoch: int, step: int, total: int) -> None:
         limit = self.config.max_steps or float("inf")
+        timed = False  # an epoch's first chunk starts its iterator (a shuffle of the whole epoch):
+        # often a few steps to the next loop boundary, it showed 44-800 examples/s among
+        # ~5,000 and an ETA of 5 min for 55 s (QA). The process's first chunk also traces.
         while step < limit and not self.stopping():
-            traced = self.first_chunk_done  # the process's first chunk also traces the step function
             chunk = int(min(self.steps_to_boundary(step), limit - step, self.steps_to_checkpoint(step)))
             started = time.perf_counter()
             losses, counts = self.runner.train_steps(iterator, tf.constant(chunk, tf.int32))
             losses, counts = losses.numpy(), counts.numpy()  # the one host sync per chunk
             elapsed = time.perf_counter() - started
             if len(losses):
-                self.log_steps(step, epoch + 1, losses, counts, elapsed if traced else None)
+                self.log_steps(step, epoch + 1, losses, counts, elapsed if timed else None)
                 step += len(losses)
-                # No speed or ETA from a chunk that traced: after a resume it claimed minutes for seconds.
-                self.set_status("running", epoch=epoch + 1,
-                                examples_per_sec=float(counts.sum() / elapsed) if traced else None,
-                                eta_seconds=self.eta(step, total, elapsed / len(losses)) if traced else None)
+                if timed:
+                    self.last_timing = (float(counts.sum() / elapsed), elapsed / len(losses))
+                # An untimed chunk shows the last timed one's speed, else none (after a resume a
+                # traced chunk claimed minutes for seconds).
+                speed, step_seconds = self.last_timing or (None, None)
+                self.set_status("running", epoch=epoch + 1, examples_per_sec=speed,
+                                eta_seconds=self.eta(step, total, step_seconds) if step_seconds else None)
+            timed = True
             # Closed before any checkpoint of this step is saved: a checkpoint of the epoch's
             # last step must hold the closed epoch, or a resume from it retrains nothing.
             if len(losses) < chunk or self.epoch_done():  # the iterator ran out, or is about to
@@ -466,8 +473,9 @@ class Controller:
         return every - step % every if every else self.config.steps_per_loop
 
     def log_steps(self, first_step, epoch, losses, counts, elapsed):
-        """Step records; `elapsed` None for a chunk that traced, whose 7-30 examples/s said
-        nothing of the speed (in metrics.jsonl, the CSV export and TensorBoard alike)."""
+        """Step records; `elapsed` None for a chunk that traced or started an epoch's iterator,
+        whose 7-800 examples/s said nothing of the speed (in metrics.jsonl, the CSV export and
+        TensorBoard alike)."""
         speed = {} if elapsed is None else {"examples_per_sec": round(float(counts.sum() / elapsed), 1)}
         with events.summaries(self.writer, self.write_dir / "logs"):
             for i, (loss, count) in enumerate(zip(losses, counts)):

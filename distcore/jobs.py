@@ -129,6 +129,12 @@ def job_pid(run_dir: Path) -> int | None:
     return None
 
 
+def launched_pid(run_dir: Path) -> int | None:
+    """The process the app's last launch of this run started (job.json), alive or not."""
+    pid = (runs.read_json(Path(run_dir) / JOB_FILE) or {}).get("pid")
+    return pid if isinstance(pid, int) else None
+
+
 def check_not_training(run_dir) -> None:
     """Refuse to start a second training process on a run whose first one still runs."""
     pid = job_pid(Path(run_dir))
@@ -350,7 +356,7 @@ def stop_training(run_dir, startup_timeout: float = 90) -> bool:
             if not is_distcore_command(pid, run_dir):  # its SIGTERM could end a notebook's kernel
                 raise DistcoreError(f"run {run_dir.name} is trained by process {pid}, a Python program that uses "
                                     "distcore as a library: stop it there (Ctrl-C, or its StopFlag's set()).")
-            os.kill(pid, signal.SIGTERM)
+            os.kill(cluster_launcher(pid, run_dir) or pid, signal.SIGTERM)
             return True
         time.sleep(0.2)
 
@@ -367,8 +373,8 @@ def own_runs(runs_root) -> dict[str, int]:
     """The runs whose training process this process launched and that still train: name -> pid."""
     found = {}
     for path in run_dirs(runs_root):
-        pid = (runs.read_json(path / JOB_FILE) or {}).get("pid")
-        if isinstance(pid, int) and parent_pid(pid) == os.getpid() and is_train_process(pid, path):
+        pid = launched_pid(path)
+        if pid is not None and parent_pid(pid) == os.getpid() and is_train_process(pid, path):
             found[path.name] = pid
     return found
 
@@ -391,6 +397,16 @@ def stop_own_runs(runs_root, timeout: float = 8.0) -> list[str]:
     while any(runs.pid_alive(pid) for pid in own.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     return sorted(own)
+
+
+def cluster_launcher(pid: int, run_dir: Path) -> int | None:
+    """The `distcore cluster` that started chief `pid` of this run, if any. A cluster run from
+    the CLI has no job.json, and its status names the chief: signalled itself, it stopped the
+    run, but the launcher, never signalled, exited 0 (QA). The launcher passes a stop on."""
+    parent = parent_pid(pid)
+    if parent and "cluster" in pid_cmdline(parent) and is_distcore_command(parent, run_dir):
+        return parent
+    return None
 
 
 def wait_until_done(run_dir, timeout: float = 120, poll: float = 0.2) -> bool:

@@ -522,6 +522,10 @@ def test_log_lines_keep_events_and_process_output_apart_in_their_own_order(setti
     stopped_event = next(i for i, line in enumerate(lines) if "] stopped at step 40" in line)
     assert lines[0] == "── events ──" and lines.index("── process output (train.log) ──") == 3
     assert stopped_event < 3 < command < lines.index("stopped at step 40 of 2814; run directory: x")
+    # A run the CLI or a library trained has no train.log: "(none yet)" read as output to come (QA).
+    (write_run(settings.runs_root, "by-cli", "finished", events=events) / app.jobs.LOG_FILE).unlink()
+    assert app.run_view(settings, "by-cli")[3].splitlines()[-1].startswith(
+        "(none: the app keeps the output of the processes it starts; this run's came from the CLI")
 
 
 def test_evaluate_pickers_follow_run_states_and_new_checkpoints(settings):
@@ -908,17 +912,23 @@ def test_no_writable_temporary_folder_is_one_plain_error(monkeypatch):
 def test_stopping_a_run_this_page_did_not_start_takes_a_second_click(settings, monkeypatch):
     # Crowd QA: a fresh page follows the newest running run, another user's, and one click stopped it.
     stopped = []
+    training = {"theirs": 101, "mine": 202}  # run -> the process training it now
     monkeypatch.setattr(app.jobs, "active_runs", lambda root: ["theirs", "mine"])
+    monkeypatch.setattr(app.jobs, "job_pid", lambda run_dir: training.get(run_dir.name))
     monkeypatch.setattr(app, "stop_run", lambda settings, name: stopped.append(name) or f"Stopping **{name}**")
     text, armed = app.stop_click(settings, [], None, "theirs")
     assert "**theirs** was not started from this page" in text and "again within 10 s" in text and stopped == []
     assert app.stop_click(settings, [], armed, "theirs") == ("Stopping **theirs**", None) and stopped == ["theirs"]
-    assert app.stop_click(settings, ["mine"], None, "mine")[0] == "Stopping **mine**"  # its own: at once
+    # QA: the page that started "mine" as process 150 stopped, with one click, another user's
+    # resume of it (process 202), or a CLI's: its claim was the run's name alone.
+    assert "not started from this page" in app.stop_click(settings, [["mine", 150]], None, "mine")[0]
+    assert app.stop_click(settings, [["mine", 150], ["mine", 202]], None, "mine")[0] == "Stopping **mine**"
+    stopped.remove("mine")
     armed["time"] -= 11
     assert "not started from this page" in app.stop_click(settings, [], armed, "theirs")[0]  # too late
     assert "not started from this page" in app.stop_click(settings, [], {**armed, "name": "mine"}, "theirs")[0]
     assert app.stop_click(settings, [], None, "gone")[0] == "Stopping **gone**"  # not running: stop_run says so
-    assert stopped == ["theirs", "mine", "gone"]
+    assert stopped == ["theirs", "gone"]
 
 
 def test_a_start_or_resume_notes_the_run_as_this_pages(settings):
@@ -927,8 +937,10 @@ def test_a_start_or_resume_notes_the_run_as_this_pages(settings):
 
     def refused(*args):
         return "<div class='dc-error'>no</div>", gr.skip()
-    assert app.claiming(started)(["a"], "x")[-1] == ["a", "r"]
-    assert app.claiming(refused)(["a"], "x") == ("<div class='dc-error'>no</div>", gr.skip(), ["a"])
+    (settings.runs_root / "r").mkdir()
+    (settings.runs_root / "r" / app.jobs.JOB_FILE).write_text('{"pid": 4321}')  # as the launch writes it
+    assert app.claiming(settings, started)([["a", 1]], "x")[-1] == [["a", 1], ["r", 4321]]
+    assert app.claiming(settings, refused)([["a", 1]], "x") == ("<div class='dc-error'>no</div>", gr.skip(), [["a", 1]])
 
 
 def test_evaluate_names_a_checkpoint_pruned_since_it_was_picked(settings):

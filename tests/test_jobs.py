@@ -353,6 +353,24 @@ def test_a_two_worker_run_stops_at_one_step_and_resumes(tmp_path):
     assert steps == list(range(1, stop_step + 11))
 
 
+def test_the_apps_stop_of_a_cli_cluster_reaches_its_launcher(tmp_path):
+    # QA: a `cluster` from the CLI has no job.json; its status names the chief, which the app
+    # signalled: the run stopped, but the launcher exited 0, and `cluster ... && next` went on.
+    run_dir = tmp_path / "pair"
+    launcher = subprocess.Popen([sys.executable, "-m", "distcore", "cluster", "--workers", "2", "--run-dir",
+                                 str(run_dir), *PAIR], cwd=jobs.REPO_ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: runs.last_logged_step(run_dir) >= 10, timeout=180)
+        assert runs.read_status(run_dir)["pid"] != launcher.pid  # the chief's
+        assert jobs.stop_training(run_dir)
+        assert launcher.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert runs.read_status(run_dir)["state"] == "stopped"
+
+
 def test_a_two_worker_resume_stopped_before_its_first_step_ends_stopped(tmp_path):
     # QA: Stop a second after Resume ended "failed" (3 of 3): the chief skipped the save of the
     # step it resumed from, worker 1 did not (its own folder lacked that checkpoint) and waited
