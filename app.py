@@ -676,8 +676,10 @@ def log_text(run_dir: Path, metrics: list[dict], n: int = 12) -> str:
     missing = ("(none yet)" if (run_dir / jobs.LOG_FILE).exists() else
                "(none: the app keeps the output of the processes it starts; this run's came from the CLI or a "
                "Python program, which printed it where it ran)")
+    later = (["(a later process, from the CLI or a Python program, trained this run since; its output is "
+              "where it ran)"] if output and jobs.trained_since_by_others(run_dir, metrics) else [])
     return "\n".join(["── events ──", *(events or ["(none yet)"]),
-                      "── process output (train.log) ──", *(output or [missing])])
+                      "── process output (train.log) ──", *(output or [missing]), *later])
 
 
 def event_line(m: dict) -> str:
@@ -1419,14 +1421,24 @@ def main() -> None:
         demo.planner.close()
 
 
+STOP_WAIT_SECONDS = 600  # beyond the 8 s any run gets, for a run in a long loop: the supervisor's grace decides
+
+
 def leave_stopping_own_runs(root: Path) -> None:
     """SIGTERM (`docker stop`, a Space's restart, a service manager): the container's end takes
     this app's trainings with it, so they stop first, each with a checkpoint. Ctrl-C leaves
     them training, to be followed again by the next app on this runs folder."""
     print("distcore app: SIGTERM, stopping the runs this app started (each saves a checkpoint) ...",
           file=sys.stderr, flush=True)
-    stopped = jobs.stop_own_runs(root)
+    stopped, going = jobs.stop_own_runs(root)
     print(f"distcore app: stopped {', '.join(stopped) if stopped else 'no runs'}; leaving.", file=sys.stderr, flush=True)
+    if going:  # their loop of steps is longer (Steps per loop, a loaded machine): as PID 1, leaving
+        # now would end the container, and them with it, so the supervisor's grace period decides
+        print(f"distcore app: still finishing their loop of steps: {', '.join(going)}; waiting for them (if the "
+              "container is killed first, they lose the steps since their last checkpoint).",
+              file=sys.stderr, flush=True)
+        for name in going:
+            jobs.wait_until_done(root / name, timeout=STOP_WAIT_SECONDS)
     raise SystemExit(128 + signal.SIGTERM)
 
 

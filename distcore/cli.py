@@ -14,6 +14,7 @@ import errno
 import functools
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -465,7 +466,23 @@ def cluster_outcome(args, workers: int, outcome: cluster.Outcome, launched: floa
     state = (runs.read_status(args.run_dir) or {}).get("state", "finished")  # or stopped on request
     if not args.json:
         print(f"{workers} workers {state}; run directory: {args.run_dir}")
-    return stopping.exit_status(outcome.stop_requested) if state == "stopped" else 0
+    if state != "stopped":
+        return 0
+    if outcome.stop_requested is None and reader_left(sys.stdout):
+        # The chief wrote to this stdout (--json), lost its reader, and stopped the cluster as
+        # a worker does, with status 0: the launcher exited 0, as if finished (QA).
+        return OUTPUT_LOST
+    return stopping.exit_status(outcome.stop_requested)
+
+
+def reader_left(stream) -> bool:
+    """Whether `stream` is a pipe whose reader has gone (poll reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # (a test's captured stream has no fd)
+        return False
 
 
 def check_gpus(per_worker: int, workers: int, gpus: int) -> None:

@@ -135,6 +135,14 @@ def launched_pid(run_dir: Path) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
+def trained_since_by_others(run_dir: Path, metrics: list[dict]) -> bool:
+    """Whether a process the app did not launch trained the run after the app's last launch:
+    that launch logs one start or resume event, a later CLI or library process another."""
+    started = (runs.read_json(Path(run_dir) / JOB_FILE) or {}).get("started")
+    later = [m for m in metrics if m.get("event") in ("start", "resume") and m.get("time", 0) >= (started or 0)]
+    return started is not None and len(later) > 1
+
+
 def check_not_training(run_dir) -> None:
     """Refuse to start a second training process on a run whose first one still runs."""
     pid = job_pid(Path(run_dir))
@@ -348,17 +356,21 @@ def stop_training(run_dir, startup_timeout: float = 90) -> bool:
         pid = job_pid(run_dir)
         if pid is None:
             return False
-        status = runs.read_status(run_dir) or {}
-        # Ready once the trainer (for a cluster: its chief, after the launcher) wrote a
-        # status of its own; the launcher forwards the signal to every worker.
-        fresh = written_since_launch(run_dir, status, unknown=False) and status.get("state") in ACTIVE_STATES
-        if status.get("pid") == pid or fresh or time.monotonic() > deadline:
+        if ready_to_stop(run_dir, pid) or time.monotonic() > deadline:
             if not is_distcore_command(pid, run_dir):  # its SIGTERM could end a notebook's kernel
                 raise DistcoreError(f"run {run_dir.name} is trained by process {pid}, a Python program that uses "
                                     "distcore as a library: stop it there (Ctrl-C, or its StopFlag's set()).")
             os.kill(cluster_launcher(pid, run_dir) or pid, signal.SIGTERM)
             return True
         time.sleep(0.2)
+
+
+def ready_to_stop(run_dir: Path, pid: int) -> bool:
+    """Whether process `pid` has its stop handler in place: once the trainer (for a cluster: its
+    chief, after the launcher, which passes a stop on to every worker) wrote a status of its own."""
+    status = runs.read_status(run_dir) or {}
+    fresh = written_since_launch(run_dir, status, unknown=False) and status.get("state") in ACTIVE_STATES
+    return status.get("pid") == pid or fresh
 
 
 def parent_pid(pid: int) -> int | None:
@@ -379,9 +391,10 @@ def own_runs(runs_root) -> dict[str, int]:
     return found
 
 
-def stop_own_runs(runs_root, timeout: float = 8.0) -> list[str]:
+def stop_own_runs(runs_root, timeout: float = 8.0) -> tuple[list[str], list[str]]:
     """Stop the runs this process launched, each with a checkpoint, as **Stop training** does,
-    and wait up to `timeout` seconds for them to end; return their names.
+    and wait up to `timeout` seconds for them to end; return the names of those that ended and
+    of those still training (a loop of steps longer than the wait).
 
     The app's answer to SIGTERM. `docker stop`, Kubernetes and service managers send it, then
     kill everything in the container after a grace period (Docker's: 10 s), the training
@@ -390,13 +403,22 @@ def stop_own_runs(runs_root, timeout: float = 8.0) -> list[str]:
     container, the app without a handler did not even see the SIGTERM.
     """
     own = own_runs(runs_root)
-    for pid in own.values():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)  # a cluster launcher passes it on to its workers
+    # Each is signalled once ready_to_stop: a process still loading has no stop handler, and
+    # one signalled then died with no status, read as "unknown" (QA).
+    waiting = dict(own)
     deadline = time.monotonic() + timeout
-    while any(runs.pid_alive(pid) for pid in own.values()) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and any(runs.pid_alive(pid) for pid in own.values()):
+        for name, pid in list(waiting.items()):
+            if ready_to_stop(Path(runs_root) / name, pid) or not runs.pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)  # a cluster launcher passes it on to its workers
+                del waiting[name]
         time.sleep(0.1)
-    return sorted(own)
+    for pid in waiting.values():  # as the wait ends: better than nothing
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    going = sorted(name for name, pid in own.items() if runs.pid_alive(pid))
+    return sorted(name for name in own if name not in going), going
 
 
 def cluster_launcher(pid: int, run_dir: Path) -> int | None:

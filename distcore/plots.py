@@ -134,7 +134,7 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
                for r in range(replicas)]
     fig = go.Figure(go.Heatmap(
         z=z, x=xlabels, y=ylabels, text=text, customdata=hover,
-        texttemplate="%{text}", textfont={"size": 13},
+        texttemplate="%{text}", textfont={"size": 13 if replicas <= 8 else 10},  # (16 at 1024 px: overlapped)
         hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
         colorscale=_CELL_COLOURS, zmin=0, zmax=2, showscale=False, xgap=3, ygap=3,
     ))

@@ -526,6 +526,14 @@ def test_log_lines_keep_events_and_process_output_apart_in_their_own_order(setti
     (write_run(settings.runs_root, "by-cli", "finished", events=events) / app.jobs.LOG_FILE).unlink()
     assert app.run_view(settings, "by-cli")[3].splitlines()[-1].startswith(
         "(none: the app keeps the output of the processes it starts; this run's came from the CLI")
+    # Retest QA: started in the app, resumed from the CLI: the box ended with the app's process's
+    # last line, "stopped at step 40", as if that were the end.
+    resumed = events + [{"event": "resume", "step": 40, "message": "resumed from ckpt-40", "time": 1e9 + 90}]
+    run = write_run(settings.runs_root, "mixed", "stopped", events=resumed, log=log)
+    (run / app.jobs.JOB_FILE).write_text(json.dumps({"pid": 1, "started": 1e9 - 5}))
+    assert app.run_view(settings, "mixed")[3].splitlines()[-1].startswith("(a later process, from the CLI")
+    (run / app.jobs.JOB_FILE).write_text(json.dumps({"pid": 1, "started": 1e9 + 85}))  # the app's own resume
+    assert app.run_view(settings, "mixed")[3].splitlines()[-1] == "stopped at step 40 of 2814; run directory: x"
 
 
 def test_evaluate_pickers_follow_run_states_and_new_checkpoints(settings):
@@ -978,3 +986,16 @@ def test_the_app_keeps_large_blocks_off_the_heap(fixed):
         pytest.skip("needs glibc 2.33 or later")
     mapped = int(result.stdout.split()[-1])
     assert (mapped >= 1 << 20) == fixed, (mapped, result.stderr[-2000:])
+
+
+def test_the_apps_sigterm_waits_on_for_runs_still_in_their_loop(tmp_path, monkeypatch, capsys):
+    # Retest QA: a run in a loop longer than the 8 s wait was reported "stopped", and the app,
+    # PID 1 of its container, left: the container ended and the run with it, no checkpoint.
+    waited = []
+    monkeypatch.setattr(app.jobs, "stop_own_runs", lambda root: (["quick"], ["slow"]))
+    monkeypatch.setattr(app.jobs, "wait_until_done", lambda run_dir, timeout: waited.append(run_dir.name) or True)
+    with pytest.raises(SystemExit) as leaving:
+        app.leave_stopping_own_runs(tmp_path)
+    assert leaving.value.code == 143 and waited == ["slow"]
+    said = capsys.readouterr().err
+    assert "stopped quick; leaving." in said and "still finishing their loop of steps: slow; waiting for them" in said

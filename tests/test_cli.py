@@ -114,6 +114,22 @@ def test_a_split_whose_reader_left_exits_as_the_shell_reports_a_broken_pipe():
     assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
+def test_a_cluster_whose_reader_left_exits_as_the_shell_reports_a_broken_pipe(tmp_path):
+    # Retest QA: `cluster --json | head -3` exited 0: its chief stopped the run, as a worker
+    # does, with status 0, and the launcher took the run for finished.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "distcore", "cluster", "--workers", "2", "--run-dir",
+                               str(tmp_path / "run"), "--train-examples", "3000", "--test-examples", "200",
+                               "--steps-per-loop", "5", "--json"],
+                              cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 128 + signal.SIGPIPE, proc.stderr[-2000:]
+    assert runs.read_status(tmp_path / "run")["state"] == "stopped"
+
+
 def test_devices_json():
     info = json.loads(cli("devices", "--json", check=True).stdout)
     assert info["tensorflow"].startswith("2.") and info["default"]

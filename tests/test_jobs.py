@@ -267,6 +267,20 @@ def test_stop_right_after_start_still_stops_cleanly(tmp_path):
         assert "stopped before training began: nothing to save." in (run_dir / jobs.LOG_FILE).read_text()
 
 
+def test_the_apps_sigterm_waits_for_a_loading_run_and_names_runs_still_going(tmp_path):
+    # Retest QA: the app's SIGTERM right after Start killed the loading process (no status,
+    # "unknown"), and runs still in a long loop when the app left were reported "stopped".
+    jobs.start_training(tmp_path, "early", LONG)
+    assert jobs.stop_own_runs(tmp_path) == (["early"], [])  # signalled once its handler was in place
+    assert runs.read_status(tmp_path / "early")["message"] == stopping.BEFORE_TRAINING
+    jobs.start_training(tmp_path, "long", LONG)
+    assert wait_for(lambda: jobs.ready_to_stop(tmp_path / "long", jobs.launched_pid(tmp_path / "long")),
+                    timeout=120)
+    assert jobs.stop_own_runs(tmp_path, timeout=0) == ([], ["long"])  # no time to end: named as going
+    assert jobs.wait_until_done(tmp_path / "long", timeout=120)
+    assert runs.read_status(tmp_path / "long")["state"] == "stopped"
+
+
 def test_right_after_a_resume_the_previous_processs_status_is_not_shown_as_live(tmp_path):
     # Issue (QA): a run whose failure only its log held showed, at the first poll after Resume,
     # "running · step 200 / 564 · 5,599 examples/s · ETA 9s": the old process's status.
