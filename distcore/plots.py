@@ -180,6 +180,7 @@ def split_facts(plan: dict) -> list[str]:
     global_batch = int(plan.get("global_batch") or 0)
     sizes = split.piece_sizes({"steps": steps})
     facts = [f"Step {s + 1} is partial ({sum(row)} of {global_batch} examples), split {split.slashed(row)}."
+             if sum(row) else f"Step {s + 1} carries no example: every replica's piece is empty."
              for s, row in enumerate(sizes) if sum(row) < global_batch]
     return facts + [f"{who} got nothing in {which}." for which, who in split.empty_replicas(sizes)]
 

@@ -362,9 +362,15 @@ def cluster_step_notes(plans: list[dict]) -> list[str]:
     cuts = list(dict.fromkeys(slashed(s) for s in steps if sum(s) == g))
     notes = [f"Each full global batch of {g} was cut {' or '.join(cuts)} over the {len(steps[0])} replicas "
              "(worker 0's first)."] if cuts else []
-    partial = step_runs([(k, f"({sum(s)} of {g}), cut {slashed(s)}") for k, s in enumerate(steps, 1) if sum(s) < g])
+    partial = step_runs([(k, f"({sum(s)} of {g}), cut {slashed(s)}") for k, s in enumerate(steps, 1) if 0 < sum(s) < g])
     notes += [f"Step {a} is a partial global batch {fact}." if a == b else
               f"Steps {a}–{b} are partial global batches {fact}." for a, b, fact in partial]
+    # Under FILE every worker can take the empty piece of its own batch at the same turn: a
+    # step of nothing, which still runs ("a partial global batch (0 of 4)", QA).
+    empty = step_runs([(k, "") for k, s in enumerate(steps, 1) if sum(s) == 0])
+    notes += [f"Step {a} carries no example at all: every replica's piece is empty, and it still runs (an "
+              "all-reduce of nothing)." if a == b else f"Steps {a}–{b} carry no example at all: every replica's "
+              "piece is empty, and they still run (all-reduces of nothing)." for a, b, _ in empty]
     # Under FILE each worker batches its own files by G and hands a batch out over several
     # steps, in every replica's piece size in turn: workers at the same turn sent 3+3 of G=5,
     # and these steps were called full (QA).

@@ -382,3 +382,20 @@ def test_a_plan_made_in_one_process_says_so_whatever_workers_was_asked():
     assert (result["replicas"], result["workers"], result["per_replica_batch"]) == (2, 1, 2)
     assert "ran in one process" in result["notes"][0]
     assert not any("one of 2 workers" in n for n in result["notes"])
+
+
+def test_a_cluster_step_of_nothing_is_not_called_a_partial_batch():
+    # Retest QA: `split --workers 3 --files 4 --examples 23 --global-batch 4 --policy file` (these
+    # are the ids TensorFlow gave): at step 3 every worker took the empty piece of its own batch,
+    # called "a partial global batch (0 of 4), cut 0/0/0".
+    plans = [worker_plan([[[0, 1]], [[2, 3]], [[]], [[4, 17]]], policy="file", files=4, global_batch=4, examples=23),
+             worker_plan([[[5, 6]], [[7, 8]], [[]], [[9]]], policy="file", files=4, global_batch=4, examples=23),
+             worker_plan([[[11, 12]], [[13, 14]], [[]], [[15]]], policy="file", files=4, global_batch=4, examples=23)]
+    notes = split.cluster_notes(plans)
+    assert "Step 3 carries no example at all: every replica's piece is empty, and it still runs (an all-reduce of " \
+           "nothing)." in notes
+    assert not any("(0 of 4)" in n for n in notes)
+    from distcore import plots
+    merged = {"steps": [[a[0], b[0], c[0]] for a, b, c in zip(*(p["steps"] for p in plans))], "global_batch": 4,
+              "replicas": 3, "notes": notes}
+    assert "Step 3 carries no example: every replica's piece is empty." in plots.split_summary(merged)
