@@ -123,24 +123,30 @@ def job_pid(run_dir: Path) -> int | None:
     job.json (written by the launcher) names the new one before it writes any
     status, so both are checked.
     """
-    for obj in (runs.read_json(Path(run_dir) / JOB_FILE), runs.read_status(run_dir)):
+    for obj in (launch_record(run_dir), runs.read_status(run_dir)):
         if obj and obj.get("pid") and is_train_process(obj["pid"], run_dir):
             return int(obj["pid"])
     return None
 
 
+def launch_record(run_dir) -> dict:
+    """job.json, what the app's last launch of the run wrote ({} if none): its pid, "started"."""
+    return runs.read_json(Path(run_dir) / JOB_FILE) or {}
+
+
 def launched_pid(run_dir: Path) -> int | None:
     """The process the app's last launch of this run started (job.json), alive or not."""
-    pid = (runs.read_json(Path(run_dir) / JOB_FILE) or {}).get("pid")
+    pid = launch_record(run_dir).get("pid")
     return pid if isinstance(pid, int) else None
 
 
 def trained_since_by_others(run_dir: Path, metrics: list[dict]) -> bool:
     """Whether a process the app did not launch trained the run after the app's last launch:
     that launch logs one start or resume event, a later CLI or library process another."""
-    started = (runs.read_json(Path(run_dir) / JOB_FILE) or {}).get("started")
-    later = [m for m in metrics if m.get("event") in ("start", "resume") and m.get("time", 0) >= (started or 0)]
-    return started is not None and len(later) > 1
+    started = launch_record(run_dir).get("started")
+    if started is None:
+        return False
+    return sum(m.get("event") in ("start", "resume") and m.get("time", 0) >= started for m in metrics) > 1
 
 
 def check_not_training(run_dir) -> None:
@@ -171,7 +177,7 @@ def shutting_down(run_dir, label: str, pid: int) -> str | None:
 def written_since_launch(run_dir, status: dict, *, unknown: bool) -> bool:
     """Whether `status` was written after the run's current process was launched (job.json's
     "started"); `unknown` when job.json does not say."""
-    started = (runs.read_json(Path(run_dir) / JOB_FILE) or {}).get("started")
+    started = launch_record(run_dir).get("started")
     return unknown if started is None else status.get("time", 0) >= started
 
 
@@ -374,11 +380,8 @@ def ready_to_stop(run_dir: Path, pid: int) -> bool:
 
 
 def parent_pid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1])  # (the command in brackets may hold spaces)
-    except (OSError, ValueError, IndexError):
-        return None
+    fields = runs.proc_stat(pid)
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def own_runs(runs_root) -> dict[str, int]:
@@ -409,14 +412,15 @@ def stop_own_runs(runs_root, timeout: float = 8.0) -> tuple[list[str], list[str]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(runs.pid_alive(pid) for pid in own.values()):
         for name, pid in list(waiting.items()):
-            if ready_to_stop(Path(runs_root) / name, pid) or not runs.pid_alive(pid):
+            if ready_to_stop(Path(runs_root) / name, pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)  # a cluster launcher passes it on to its workers
                 del waiting[name]
         time.sleep(0.1)
     for pid in waiting.values():  # as the wait ends: better than nothing
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        if runs.pid_alive(pid):  # (one that ended meanwhile has nothing to stop)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
     going = sorted(name for name, pid in own.items() if runs.pid_alive(pid))
     return sorted(name for name in own if name not in going), going
 

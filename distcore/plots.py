@@ -96,11 +96,11 @@ def holds_more(steps: list, global_batch: int) -> bool:
     return any(sum(len(ids) for ids in row) > global_batch for row in steps)
 
 
-def steps_heading(steps: list, global_batch: int) -> str:
-    """'3 global batches of 4', or '4 steps (global batch 5)' where a step holds more than one."""
-    if holds_more(steps, global_batch):
-        return f"{count(len(steps), 'step')} (global batch {global_batch})"
-    return f"{count(len(steps), 'global batch')} of {global_batch}"
+def steps_heading(n_steps: int, global_batch: int, over: bool) -> str:
+    """'3 global batches of 4', or, `over` (holds_more), '4 steps (global batch 5)'."""
+    if over:
+        return f"{count(n_steps, 'step')} (global batch {global_batch})"
+    return f"{count(n_steps, 'global batch')} of {global_batch}"
 
 
 MAX_LOSS_POINTS = 2000  # past that, each point of the loss plot is the mean of a few steps
@@ -122,13 +122,13 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     # next cells at 8 replicas, or 3 on a phone. The hover has them all.
     width = 22 if replicas <= 2 else 12 if replicas <= 4 else 9 if replicas <= 8 else 6  # (16: spilt at 9, QA)
     z, text, hover, ylabels = [], [], [], []
-    for s in rows:
+    for i, s in enumerate(rows):
         row = list(shown[s]) + [[]] * (replicas - len(shown[s]))
         total = sum(len(ids) for ids in row)
         z.append([cell_kind(ids, total, global_batch) for ids in row])
         text.append([format_ids(sorted(ids), width) for ids in row])  # a replica's batch as a set: easier to read
         hover.append([f"{count(len(ids), 'example')}: {format_ids(sorted(ids), 200)}" for ids in row])
-        gap = bool(ylabels) and s != rows[len(ylabels) - 1] + 1  # steps left out above: say so in place
+        gap = i > 0 and s != rows[i - 1] + 1  # steps left out above: say so in place
         ylabels.append(("⋯ " if gap else "") + _step_label(s, row, global_batch))
     xlabels = [f"replica {r}" + (f"<br>{devices[r]}" if r < len(devices) else "")
                for r in range(replicas)]
@@ -140,7 +140,8 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     ))
     # Short: plotly does not wrap a title, and a phone is about 40 characters wide. The
     # colour key is in split_summary's text, which wraps.
-    title = f"{steps_heading(steps, global_batch)} over {count(replicas, 'replica')}"
+    heading = steps_heading(len(steps), global_batch, holds_more(steps, global_batch))
+    title = f"{heading} over {count(replicas, 'replica')}"
     if len(rows) < len(steps):
         title += f"<br><sup>showing the first {max_rows // 2} and last {max_rows - max_rows // 2} steps</sup>"
     fig.update_layout(
@@ -203,7 +204,7 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
     repeats = f" ({distinct} distinct ids: some reached more than one replica)" if distinct < examples else ""
     global_batch = int(plan.get("global_batch") or 0)
     over = holds_more(steps, global_batch)
-    lines = [f"**{examples} examples{repeats} → {steps_heading(steps, global_batch)}"
+    lines = [f"**{examples} examples{repeats} → {steps_heading(len(steps), global_batch, over)}"
              f" on {count(plan.get('replicas'), 'replica')}**{pieces_text(plan)}."]
     facts = split_facts(plan)
     if facts:
@@ -245,7 +246,7 @@ def split_table(plan: dict, max_rows: int = MAX_TABLE_STEPS) -> str:
     lines = ["", "", f"<details><summary>The split as a table: {which} ids, replica by replica</summary>", "",
              "| step | " + " | ".join(f"replica {r}" for r in range(replicas)) + " |",
              "|---" * (replicas + 1) + "|"]
-    for s in rows:
+    for i, s in enumerate(rows):
         row = list(shown[s]) + [[]] * (replicas - len(shown[s]))
         cells = [format_ids(sorted(ids), max_chars=10**9).replace(",", ", ") for ids in row]  # (wraps)
         lines.append(f"| {_step_label(s, row, global_batch)} | " + " | ".join(cells) + " |")

@@ -588,12 +588,16 @@ def reopened(record: dict, epochs: int | None) -> bool:
     return epochs is not None and "train_loss" in record and record.get("epoch", 0) > epochs
 
 
+def proc_stat(pid) -> list[str]:
+    """The fields of /proc/PID/stat after the command (state, parent pid, ...); [] for no such process."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()  # (the command in brackets may hold spaces)
+    except (TypeError, ValueError, OSError, IndexError):
+        return []
+
+
 def pid_alive(pid) -> bool:
     """True if pid runs and is not a zombie."""
-    try:
-        pid = int(pid)
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (TypeError, ValueError, OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    fields = proc_stat(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")

@@ -143,19 +143,19 @@ class StopFlag:
         threading.Thread(target=self.notices, args=(read_end,), daemon=True, name="distcore-stop-notices").start()
 
     def notices(self, read_end: int) -> None:
-        first = None
+        requests = Requests()
         with os.fdopen(read_end, "rb", buffering=0) as pipe:
             while signums := pipe.read(64):
                 for signum in signums:
-                    now = time.monotonic()
                     if signum not in STOPS or not self.training:  # (before training it ends at once)
                         continue
-                    if first is None:
+                    kind = requests.arrive()
+                    if kind == FIRST:
                         # Its arrival order: the handlers of signals that waited for TensorFlow's
                         # call run in the order of their numbers (a Ctrl-C after a SIGTERM made it 130).
-                        first, self.signum = now, signum
+                        self.signum = signum
                         os.write(2, b"\ndistcore: stopping at the end of this loop of steps, with a checkpoint.\n")
-                    elif now - first > SAME_REQUEST_SECONDS:  # (not the launcher's copy of a Ctrl-C)
+                    elif kind == AGAIN:
                         os.write(2, b"\ndistcore: already stopping: the loop of steps in progress ends first "
                                     b"(kill -KILL leaves at once, losing the steps since the last checkpoint).\n")
 
@@ -293,11 +293,29 @@ def mark_state(run_dir: Path | None, pid: int, state: str, message: str, only_fr
     write_status(run_dir, {**status, "state": state, "message": message})
 
 
+FIRST, AGAIN = "first", "again"
+
+
+class Requests:
+    """Stop requests as they arrive: the first, then each one later than SAME_REQUEST_SECONDS
+    after it (None for a copy of the first, as a launcher's of a Ctrl-C)."""
+
+    def __init__(self):
+        self.first = None
+
+    def arrive(self) -> str | None:
+        now = time.monotonic()
+        if self.first is None:
+            self.first = now
+            return FIRST
+        return AGAIN if now - self.first > SAME_REQUEST_SECONDS else None
+
+
 def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None, remind: str = "",
                            remind_seconds: tuple[float, float] = REMIND_SECONDS) -> None:
     """The watcher process of StopFlag.while_connecting: reads worker `pid`'s signals until
     the worker closes the pipe (it connected, or failed), and says `remind` now and then."""
-    first, began = None, time.monotonic()
+    requests, began = Requests(), time.monotonic()
     next_reminder = began + remind_seconds[0]
     with os.fdopen(read_end, "rb", buffering=0) as pipe:
         while True:
@@ -311,13 +329,12 @@ def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None, remind
                 return
             if not any(s in STOPS for s in signums):
                 continue
-            now = time.monotonic()
-            if first is None:
-                first = now
+            kind = requests.arrive()
+            if kind == FIRST:
                 print("distcore: asked to stop while waiting for the cluster's other workers to connect. "
                       "Every worker stops at step 0 once all have connected; ask again to leave now "
                       "(the others will then wait for this one).", file=sys.stderr, flush=True)
-            elif now - first > SAME_REQUEST_SECONDS:
+            elif kind == AGAIN:
                 mark_state(run_dir, pid, "stopped", BEFORE_TRAINING + " (while waiting for the other workers to connect)")
                 print("distcore: leaving now; the other workers will wait for this one.", file=sys.stderr, flush=True)
                 os.kill(pid, signal.SIGKILL)
