@@ -1431,14 +1431,18 @@ def leave_stopping_own_runs(root: Path) -> None:
     print("distcore app: SIGTERM, stopping the runs this app started (each saves a checkpoint) ...",
           file=sys.stderr, flush=True)
     stopped, going = jobs.stop_own_runs(root)
-    print(f"distcore app: stopped {', '.join(stopped) if stopped else 'no runs'}; leaving.", file=sys.stderr, flush=True)
-    if going:  # their loop of steps is longer (Steps per loop, a loaded machine): as PID 1, leaving
-        # now would end the container, and them with it, so the supervisor's grace period decides
-        print(f"distcore app: still finishing their loop of steps: {', '.join(going)}; waiting for them (if the "
-              "container is killed first, they lose the steps since their last checkpoint).",
-              file=sys.stderr, flush=True)
-        for name in going:
-            jobs.wait_until_done(root / name, timeout=STOP_WAIT_SECONDS)
+    done = ', '.join(stopped) if stopped else 'no runs'
+    if not going:
+        print(f"distcore app: stopped {done}; leaving.", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGTERM)
+    # Their loop of steps is longer (Steps per loop, a loaded machine): as PID 1, leaving now
+    # would end the container, and them with it, so the supervisor's grace period decides.
+    print(f"distcore app: stopped {done}; still finishing their loop of steps: {', '.join(going)}; waiting "
+          "for them before leaving (if the container is killed first, they lose the steps since their "
+          "last checkpoint).", file=sys.stderr, flush=True)
+    late = [name for name in going if not jobs.wait_until_done(root / name, timeout=STOP_WAIT_SECONDS)]
+    outcome = f"still training after {STOP_WAIT_SECONDS} s: {', '.join(late)}" if late else "they stopped"
+    print(f"distcore app: {outcome}; leaving.", file=sys.stderr, flush=True)
     raise SystemExit(128 + signal.SIGTERM)
 
 

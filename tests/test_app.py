@@ -998,4 +998,6 @@ def test_the_apps_sigterm_waits_on_for_runs_still_in_their_loop(tmp_path, monkey
         app.leave_stopping_own_runs(tmp_path)
     assert leaving.value.code == 143 and waited == ["slow"]
     said = capsys.readouterr().err
-    assert "stopped quick; leaving." in said and "still finishing their loop of steps: slow; waiting for them" in said
+    assert "leaving" not in said.split("waiting for them")[0], said  # it waits first
+    assert "stopped quick; still finishing their loop of steps: slow; waiting for them" in said
+    assert said.rstrip().endswith("they stopped; leaving."), said
