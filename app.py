@@ -148,6 +148,11 @@ strategies of different sizes in one process need, and one replica reads its inp
 not the tutorials' `total_loss / num_batches`, a mean of the batches' losses that weighs a partial
 last batch as a full one (1.314714 against 1.313814 for one epoch of 3,000 examples).
 
+**The batch size you set is the global one.** The tutorials fix the per-replica batch
+(`BATCH_SIZE_PER_REPLICA = 64`) and let the global batch grow (`64 × replicas`). Here you set the
+global batch and it is divided, so 1, 2 and 4 replicas train on the same batches and their curves
+can be compared. For the tutorials' setting on N replicas, set the global batch size to 64 × N.
+
 **How it runs.** Each training run is its own process writing to its run folder
 (`{root}`); the page only reads that folder, so a reload or a second browser finds the
 run still going. At most {max_jobs} training jobs run at once.
@@ -267,8 +272,9 @@ def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, worker
                 "all-reduce, adding nothing)"
                 if g < replicas else
                 f"**{g} does not divide evenly by {shown}** {arithmetic}: replicas will get unequal batches, "
-                "and some may get an empty one at every step (TensorFlow cuts pieces of the rounded-up size: "
-                "4 over 3 replicas is 2/2/0)")
+                "and some may get an empty one at every step. How TensorFlow cuts a batch depends on the shard "
+                "policy and drop_remainder: 4 over 3 replicas is 2/2/0, or 2/1/1 under FILE and OFF with "
+                "drop_remainder")
         return (f"⚠️ {what}, and distribute_datasets_from_function refuses it. Press **Show split** to see exactly.")
     return f"Per-replica batch: **{g // replicas}** ({g} / {shown}{why})"
 
@@ -1352,7 +1358,7 @@ def _loss_tab(settings: AppSettings, setup: dict, bind) -> None:
         "batch; its pieces show whether a replica is left empty (4 of a batch of 6 on 3 replicas: "
         "2 + 2 + 0).")
     with gr.Row():
-        seed = gr.Number(value=0, label="Seed (the initial weights; the batch is the first G test images)")
+        seed = gr.Number(value=0, label="Seed (the initial weights; the batch is the first test images, as many as the next box says)")
         examples = gr.Number(value=0, label="Examples in the batch (0: the global batch size)",
                              info="fewer than the global batch size: a partial last batch")
     button = gr.Button("Check loss scaling", variant="primary")

@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("loss-check", help="one batch's loss: single device vs distributed vs common mistakes")
     add_devices(p)
-    p.add_argument("--global-batch", default="64", help="global batch size, the first G test images (default 64)")
+    p.add_argument("--global-batch", default="64", help="global batch size G (default 64); the batch is the first G test images, or --examples of them")
     p.add_argument("--examples", help="examples in the batch, fewer than G for a partial last batch "
                                       "(default: G, a full batch)")
     p.add_argument("--seed", default="0", help="seed for the model's initial weights (default 0)")

@@ -168,10 +168,11 @@ class UnevenBatch(DistcoreError):
     """A global batch that distribute_datasets_from_function cannot divide over the replicas."""
 
     def __init__(self, global_batch: int, replicas: int):
+        below = global_batch - global_batch % replicas or replicas  # "try 3." read as the replica count (QA)
         super().__init__(
             f"with distribute_datasets_from_function the global batch ({global_batch}) must "
             f"divide evenly by the number of replicas ({replicas}); "
-            f"try {global_batch - global_batch % replicas or replicas}.")
+            f"try a global batch of {below} or {below + replicas}.")
         self.global_batch, self.replicas = global_batch, replicas
 
 

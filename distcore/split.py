@@ -268,8 +268,17 @@ def tf_message(err) -> str:
     """The first line of TensorFlow's error, without its internals: the op's `{{function_node ...}}`
     and the `goo.gle/debug...` link that stands for a debug dump."""
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    first = re.sub(r":?\s*goo\.gle/\S+", "", re.sub(r"\{\{function_node [^}]*\}\}\s*", "", first))
-    return first.strip()[:400] or type(err).__name__
+    first = re.sub(r":?\s*goo\.gle/\S+", "", re.sub(r"\{\{function_node [^}]*\}\}\s*", "", first)).strip()
+    return shortened(first) or type(err).__name__
+
+
+def shortened(text: str, limit: int = 800) -> str:
+    """`text` whole, or cut after its last full sentence within `limit` characters: a cut at
+    400 stopped TensorFlow's advice mid-sentence ("... small files such that", QA)."""
+    if len(text) <= limit:
+        return text
+    end = text.rfind(". ", 0, limit)
+    return text[:end + 1] if end > 0 else text[:limit - 1] + "…"
 
 
 def explain_tf_error(config: SplitConfig, err) -> str:
@@ -288,7 +297,9 @@ def explain_tf_error(config: SplitConfig, err) -> str:
         auto = ("AUTO shards by FILE when the data comes from files, and does not fall back to DATA "
                 "when there are too few: " if config.policy == "auto" else "")
         text += (f" ({auto}FILE sharding hands out whole files: {config.files} file(s) cannot be split over "
-                 f"{config.workers} workers, so TensorFlow stops. Use at least as many files as workers, or the DATA policy.)")
+                 f"{config.workers} workers, so TensorFlow stops. Use at least as many files as workers, or the DATA policy; "
+                 "not OFF, which TensorFlow also suggests: every worker would read every example, and training "
+                 "refuses it across workers.)")
     return text
 
 
@@ -327,8 +338,9 @@ def sharding_notes(plans: list[dict], seen: list[list[int]]) -> list[str]:
              for p in plans for k, step in enumerate(p["steps"]) for ids in step for i in ids):
         text = "Every worker took its piece of each global batch in turn: that is DATA sharding."
         if policy == "auto":
-            text += (" AUTO found no input files to shard and fell back to DATA (TensorFlow 2.21 logs nothing "
-                     "when it does; the ids show it).")
+            text += (" AUTO found no input files to shard and fell back to DATA. The r1.15 API reference "
+                     "promised a warning; TensorFlow 2.21 logs it only at verbose level 2 "
+                     "(TF_CPP_VMODULE=auto_shard=2), and the ids show it.")
         notes.append(text)
     return notes
 
@@ -473,8 +485,8 @@ LEGACY = ("That is the legacy rebatch, which cuts every batch, a partial one too
 OWN_SIZE = (LEGACY + ": under DATA sharding (and AUTO when the input reads no files, so it falls back to "
             "DATA) tf.data's auto-shard rewrite puts it in place of the rebatch to fixed per-replica sizes.")
 OWN_SIZE_MAPPED = (LEGACY + ". A map follows the batch here, as training's normalisation does, and TensorFlow "
-                   "cannot read the batch size through it while a partial last batch is kept, so it cuts batches "
-                   "this way under every shard policy. A pipeline that ends at batch() gets fixed per-replica "
+                   "cannot read a fixed batch size through it unless drop_remainder is on (even when, as may be the case "
+                   "here, every batch happens to be full), so it cuts batches this way under every shard policy. A pipeline that ends at batch() gets fixed per-replica "
                    "sizes, filled in order, under FILE and OFF, and under AUTO when it shards by file: "
                    "see `split --no-map` in the CLI (the app's plans always have the map).")
 SAME = ("TensorFlow's two ways of cutting a batch (fixed per-replica sizes filled in order, and pieces of "

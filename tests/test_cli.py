@@ -315,7 +315,7 @@ def test_the_cluster_launcher_refuses_what_its_workers_would_refuse_before_start
     result = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "new"), "--global-batch", "3",
                  "--api", "function", timeout=60)
     assert result.returncode == 2 and "worker" not in result.stderr and "resume" not in result.stderr
-    assert result.stderr.strip().endswith("the global batch (3) must divide evenly by the number of replicas (2); try 2.")
+    assert result.stderr.strip().endswith("the global batch (3) must divide evenly by the number of replicas (2); try a global batch of 2 or 4.")
     assert not (tmp_path / "new").exists()
 
 

@@ -163,7 +163,7 @@ def test_both_configs_suggest_a_batch_that_divides_by_the_replicas():
         SplitConfig(examples=640, global_batch=64, devices=cpus3, api="function")
     assert str(train.value) == str(split.value) == (
         "with distribute_datasets_from_function the global batch (64) must divide evenly by the number "
-        "of replicas (3); try 63.")
+        "of replicas (3); try a global batch of 63 or 66.")
 
 
 def test_a_data_dir_is_kept_as_an_absolute_path_in_text(tmp_path, monkeypatch):

@@ -257,6 +257,22 @@ def test_file_sharding_error_asks_for_at_least_as_many_files_as_workers():
     assert "at least as many files as workers" in text and "more files than workers" not in text
 
 
+def test_tensorflows_whole_advice_is_kept_and_off_is_answered():
+    # QA: a cut at 400 characters ended TensorFlow's advice at "... small files such that", and its
+    # "DATA or OFF" stood beside ours without saying that training refuses OFF across workers.
+    said = ("Could not apply FILE based sharding: the dataset only has 1 file(s), which is not enough for the "
+            "required 2 shards/workers. If you are using datasets with distribution strategy, consider setting "
+            "the auto sharding policy to either DATA or OFF using the `experimental_distribute.auto_shard_policy` "
+            "option of `tf.data.Options()`. Or, split your input files into a larger number of small files such "
+            "that number of files is greater than number of shards/workers.")
+    config = SplitConfig(examples=12, global_batch=4, devices=("cpu:0",), policy="auto", files=1, workers=2)
+    text = split.explain_tf_error(config, ValueError(said))
+    assert said in text and "not OFF, which TensorFlow also suggests" in text
+    long = "First sentence. " + "x" * 900
+    assert split.tf_message(ValueError(long)) == "First sentence."
+    assert split.tf_message(ValueError("y" * 900)) == "y" * 799 + "…"
+
+
 def test_file_sharding_of_the_fashion_rows_is_not_sent_to_source_files_they_refuse():
     # QA: the error said "write it to source files (--files F)", which these rows refuse, in the
     # app too, after TensorFlow's `{{function_node ...}}` and a goo.gle link.
@@ -366,6 +382,9 @@ def test_one_id_over_two_workers_is_a_full_global_batch():
     ((4, 4, 5), {}, [1, 1, 1, 1, 0], None),  # was 0: four replicas got 1
     ((10, 4, 3), {"policy": "file", "files": 3, "map_after_batch": False}, [2, 1, 1], None),  # was 1: replica 0 got 2
     ((10, 4, 3), {"policy": "file", "files": 3}, [2, 2, 0], None),
+    # The app's batch note gives both as its example of 4 over 3 replicas (it said 2/2/0 only, QA).
+    ((10, 4, 3), {"policy": "off", "drop_remainder": True}, [2, 1, 1], None),
+    ((10, 4, 3), {"policy": "off"}, [2, 2, 0], None),
     ((6, 4, 2), {}, [2, 2], 2),
     ((8, 4, 2), {"api": "function"}, [2, 2], 2),
 ])
