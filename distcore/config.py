@@ -242,7 +242,25 @@ class SplitConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything needed to repeat a training run (stored as config.json)."""
+    """Everything needed to repeat a training run (stored as config.json). Every field is checked
+    here, with a message that says what is allowed.
+
+    devices: the device set, "cpu:0,cpu:1" or a sequence of names (one replica each).
+    model, optimizer, learning_rate, l2: "cnn" or "mlp"; "adam" or "sgd"; the step size; the
+        L2 weight penalty (0: none).
+    global_batch: examples per step over all replicas (the tutorials' 64 per replica is 64 × replicas).
+    epochs, max_steps: how long; max_steps 0 is no limit beyond epochs.
+    seed: the initial weights and the shuffle order.
+    steps_per_loop: steps per tf.function call (and per metrics record, and per stop check).
+    checkpoint_every: steps between checkpoints; 0: only at epoch ends and on a stop.
+    keep_checkpoints: the newest N are kept on disk; 0: every one.
+    policy, api, drop_remainder: the tf.data shard policy (auto/file/data/off), the input API
+        ("dataset": experimental_distribute_dataset, "function": distribute_datasets_from_function),
+        and whether a partial last batch is left out.
+    train_examples, test_examples: the first N of Fashion-MNIST's 60,000 and 10,000.
+    data_dir: the folder with the four .gz files (None: the usual places, see distcore.data).
+    workers: > 1 for MultiWorkerMirroredStrategy over TF_CONFIG; `devices` are then each worker's.
+    """
 
     devices: tuple[str, ...]
     model: str = "cnn"
@@ -324,6 +342,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
+        """A configuration from a dict (config.json's); keys that are not fields are left out."""
+        if not isinstance(data, Mapping):  # (a list was "the configuration has no devices.", QA)
+            raise DistcoreError(f"a configuration must be a dict of its fields, not {type(data).__name__}.")
         fields = dataclasses.fields(cls)
         missing = [f.name for f in fields if f.default is dataclasses.MISSING and f.name not in data]
         if missing:

@@ -78,21 +78,30 @@ resume_config = runs.resume_config
 
 
 class Controller:
+    """One training run: `Controller(config, run_dir)` sets it up (data, strategy, model, and for
+    a resume the newest checkpoint) and holds the run directory; `run()` trains it. This is the
+    outer loop (when to log, test, checkpoint and stop); one step is `loop.StepRunner`'s.
+    """
+
     def __init__(self, config: TrainConfig, run_dir, *, resume: bool = False, stop: StopFlag | None = None,
                  on_record=None):
         """`config` is the run's configuration; for a resume, build it with `runs.resume_config`
-        (also `controller.resume_config`).
+        (also `controller.resume_config`) and pass `resume=True`. `stop`: a `StopFlag` whose
+        `set()`, from any thread, stops `run()` at the end of its loop with a checkpoint.
+        `on_record(record)` is called with each record as it is written to `metrics.jsonl`.
 
         With `config.workers > 1` this process is one worker of a TF_CONFIG cluster:
         the chief writes `run_dir`, the others a temporary folder of their own.
         """
+        self.closed = True  # until set up: __del__ has nothing to let go of
+        check_arguments(config, stop, on_record)
         self.config, self.run_dir = config, runs.run_path(run_dir)
         self.stop = stop or StopFlag()
         self.on_record = on_record or (lambda record: None)
         self.lock = self.write_dir = None
         self.task = cluster.Task(workers=1, index=0)
         self.wrote_config = self.ran = self.closed = False
-        self.status_before = None
+        self.status_before = self.resumed_config = None
         try:
             self.claim(resume)
         except BaseException as err:
@@ -108,9 +117,10 @@ class Controller:
         the next try needs it, and return what to raise."""
         if isinstance(err, DistcoreError) and self.config.workers > 1 and not hasattr(self, "strategy"):
             err = cluster.peers_wait(err)  # not connected yet
+        if resume and (isinstance(err, KeyboardInterrupt) or not self.wrote_config):
+            self.put_back()  # nothing changed: a finished run was marked "failed", or "stopped" at 938 of 1876
+            return err
         if not self.wrote_config:
-            if resume:  # nothing changed: a finished run was marked "failed"
-                self.stop.withdraw()
             return err
         if not resume and not runs.list_checkpoints(self.run_dir):  # nothing trained: the same call, fixed,
             (self.run_dir / "config.json").unlink(missing_ok=True)  # starts it (it was "already holds a run")
@@ -232,13 +242,19 @@ class Controller:
         ("stopped before training began", its name free again), and a resumed one as it was
         (it left a run that read "died" and whose name was taken, QA)."""
         if self.wrote_config and not self.ran and not self.closed:
-            if self.status_before:  # a resume: nothing was trained
-                with contextlib.suppress(DistcoreError):
-                    runs.write_status(self.run_dir, self.status_before)
-            else:
-                self.let_go(KeyboardInterrupt(), self.resume)
+            self.let_go(KeyboardInterrupt(), self.resumed_config is not None)
         self.closed = True
         self.release()
+
+    def put_back(self) -> None:
+        """A resume that did not begin training leaves the run as it was: its status, and its
+        config.json, which is only written when training begins (a closed resume Controller left
+        epochs raised, and a plain resume trained on, QA)."""
+        if self.status_before:
+            with contextlib.suppress(DistcoreError):
+                runs.write_status(self.run_dir, self.status_before)
+        else:
+            self.stop.withdraw()  # the CLI's "starting", written before the Controller
 
     def __enter__(self):
         return self
@@ -287,11 +303,14 @@ class Controller:
                       "replicas": self.config.replicas,
                       "physical_devices": [d.name for d in tf.config.list_physical_devices()],
                       "intra_op_threads": devices.intra_op_setting()}  # 0: TensorFlow's default
-            runs.write_json_atomic(config_path, record)
+            if resume:
+                self.resumed_config = record  # written when training begins (put_back)
+            else:
+                runs.write_json_atomic(config_path, record)
             self.wrote_config = True
             # Before the slow set-up: from here a stop request is honoured (the caller
             # installed the signal handler first), so say the process is there.
-            self.status_before = runs.read_status(self.run_dir) if resume else None  # for close()
+            self.status_before = self.stop.status_before(self.run_dir) if resume else None  # for put_back()
             previous_step = (self.status_before or {}).get("step", 0)
             runs.write_json_atomic(self.run_dir / "status.json", {
                 "state": "starting", "pid": os.getpid(), "step": previous_step,
@@ -339,6 +358,10 @@ class Controller:
     # --- the loop -----------------------------------------------------------------------
 
     def run(self) -> dict:
+        """Train until the configuration's epochs (or max steps) are done, or a stop: `StopFlag.set()`,
+        or in the main thread a Ctrl-C (a second one interrupts at once, raising KeyboardInterrupt).
+        Returns {"state": "finished" or "stopped", "step": ..., "total_steps": ...}; a checkpoint is
+        saved either way. Once: make a new Controller to train the run again."""
         if self.closed:  # it trained on without the run's lock, beside another process (QA)
             raise DistcoreError(f"this Controller has let go of {self.run_dir} (it ran, or close() was called): "
                                 "to train the run, make a new one: Controller(resume_config(run_dir), run_dir, "
@@ -350,6 +373,8 @@ class Controller:
         # between the two ended the process with the start logged and no end (QA).
         self.stop.training = True
         try:  # (the start event too: a disk full by then left the run "starting", read as died, QA)
+            if self.resumed_config is not None:
+                runs.write_json_atomic(self.run_dir / "config.json", self.resumed_config)
             self.log_event(*self.start_event(step, total))
             self.set_status("running")
             with self.stop.interrupts():
@@ -363,12 +388,15 @@ class Controller:
             self.set_status(state)
             return {"state": state, "step": step, "total_steps": total}
         except BaseException as err:
-            message = failure_message(err)
+            state, message = ("stopped", self.interrupted_message()) if isinstance(err, KeyboardInterrupt) else (
+                "failed", failure_message(err))  # (a second Ctrl-C is deliberate: it read "failed", QA)
             detail = {"detail": str(err)} if isinstance(err, tf.errors.OpError) else {}  # for the post-mortem
-            for record in (lambda: self.log_event("failed", message),
-                           lambda: self.set_status("failed", message=message, **detail)):
-                with contextlib.suppress(DistcoreError):  # each where it can: a full metrics.jsonl
-                    record()  # left status.json "running", and the run read "died"
+            for record in (lambda: self.log_event(state, message),
+                           lambda: self.set_status(state, message=message, **detail)):
+                # Each where it can: a full metrics.jsonl, or an on_record that failed again on
+                # the "failed" record, left status.json "running", and the run read "died" (QA).
+                with contextlib.suppress(Exception):
+                    record()
             if self.config.workers > 1 and isinstance(err, tf.errors.OpError):
                 raise self.cluster_failure(err) from None
             raise
@@ -377,6 +405,11 @@ class Controller:
             with contextlib.suppress(tf.errors.OpError):  # its last flush fails again on a full disk
                 self.writer.close()
             self.close()
+
+    def interrupted_message(self) -> str:
+        saved = runs.list_checkpoints(self.write_dir)
+        return (f"interrupted at step {int(self.runner.step.numpy())} (a second Ctrl-C), with no checkpoint there: "
+                f"a resume continues from {saved[-1] if saved else 'step 0'}")
 
     def test_unlogged(self, step: int) -> None:
         """Test the checkpoint resumed from when the log has no record of it: its process was
@@ -522,6 +555,17 @@ class Controller:
 
 
 TEST_EXAMPLE_COST = 0.5  # of a training example's time (measured 0.4-0.6 at 1 and 4 replicas)
+
+
+def check_arguments(config, stop, on_record) -> None:
+    """Wrong types are refused with what is allowed (they were AttributeErrors deep inside, QA)."""
+    if not isinstance(config, TrainConfig):
+        raise DistcoreError(f"config must be a TrainConfig, not {type(config).__name__}: build one with "
+                            "TrainConfig(...), TrainConfig.from_dict(d) from a dict, or resume_config(run_dir).")
+    if stop is not None and not isinstance(stop, StopFlag):
+        raise DistcoreError(f"stop must be a StopFlag (from distcore.stopping import StopFlag), not {stop!r}.")
+    if on_record is not None and not callable(on_record):
+        raise DistcoreError(f"on_record must be a function of one record (a dict), not {on_record!r}.")
 
 
 def guess_test_seconds(config: TrainConfig, step_seconds: float) -> float:

@@ -155,7 +155,9 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=N
         tried.append(str(folder))
         named = data_dir or os.environ.get("DISTCORE_DATA_DIR")  # a folder asked for is not passed over
         if named and folder == Path(named).expanduser():
-            raise DistcoreError(f"{'--data-dir' if data_dir else '$DISTCORE_DATA_DIR'} {folder} lacks "
+            # (the library's data_dir= was told of "--data-dir" only, and a file that it "lacks" them, QA)
+            what = "is a file, not a folder: name the folder that holds" if folder.is_file() else "lacks"
+            raise DistcoreError(f"{'--data-dir (data_dir=)' if data_dir else '$DISTCORE_DATA_DIR'} {folder} {what} "
                                 f"{missing_files(folder)}. {HOW_TO_GET}")
     if download is None:
         download = os.environ.get("DISTCORE_NO_DOWNLOAD", "") in ("", "0")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 
 from .config import MAX_LOGICAL_CPUS, DistcoreError, check_int, device_set, parse_device_list  # noqa: F401
 
@@ -90,11 +91,16 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
     """
     import tensorflow as tf
 
+    # (configure("4") was a TypeError, configure(0) and configure(17) were taken, QA)
+    logical_cpus = check_int("logical CPU devices", logical_cpus, high=MAX_LOGICAL_CPUS)
+    replicas = check_int("replicas", replicas, low=0, high=MAX_LOGICAL_CPUS) if replicas is not None else None
     if replicas and "TF_NUM_INTRAOP_THREADS" not in os.environ and not tf.config.threading.get_intra_op_parallelism_threads():
         try:
             tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads(replicas))
         except RuntimeError:
             pass  # TensorFlow is already running in this process: its threads stay as they are
+    if replicas and "TF_NUM_INTRAOP_THREADS" not in os.environ and intra_op_setting() != intra_op_threads(replicas):
+        warnings.warn(threads_differ(replicas), stacklevel=3)
     cpus = tf.config.list_physical_devices("CPU")
     try:
         current = tf.config.get_logical_device_configuration(cpus[0]) or []
@@ -108,8 +114,19 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
         if have < logical_cpus:
             raise DistcoreError(
                 f"this process already initialised {have} CPU device(s) and cannot split into "
-                f"{logical_cpus}; run the job in a new process."
+                f"{logical_cpus}; run the job in a new process (in a notebook: restart the kernel, then call "
+                f"distcore.devices.configure(N) first, N the most logical CPUs any cell will use)."
             ) from None
+
+
+def threads_differ(replicas: int) -> str:
+    """Why a run in this process may not match the same run from the CLI or the app."""
+    have = intra_op_setting()
+    return (f"this process runs each TensorFlow op on {have or 'all the cores as'} thread(s), as set when TensorFlow "
+            f"first ran here (by an earlier run or evaluation, or by you); a new process for {replicas} replica(s) "
+            f"uses {intra_op_threads(replicas)} (a core share per replica). The losses then match the same run "
+            "from the CLI or the app only to about 5 digits. For equal ones, train each device set in a new "
+            "process (a new notebook kernel), or set TF_NUM_INTRAOP_THREADS for all.")
 
 
 def prepare(names) -> list[str]:

@@ -154,8 +154,16 @@ def check_not_training(run_dir) -> None:
     pid = job_pid(Path(run_dir))
     if pid is not None and pid != os.getpid():
         raise DistcoreError(shutting_down(run_dir, str(run_dir), pid) or (
-            f"{run_dir} is still training (process {pid}): stop it first (Ctrl-C there, "
-            f"or kill -TERM {pid}), then resume."))
+            f"{run_dir} is still training (process {pid}): stop it first ({how_to_stop(pid, Path(run_dir))}), "
+            "then resume."))
+
+
+def how_to_stop(pid: int, run_dir: Path) -> str:
+    """The advice for stopping process `pid`: a library caller's SIGTERM would end its whole
+    program, a notebook's kernel with every step since the last checkpoint (QA)."""
+    if is_distcore_command(pid, run_dir):
+        return f"Ctrl-C there, or kill -TERM {pid}"
+    return "it is a Python program that uses distcore as a library: Ctrl-C there, or its StopFlag's set()"
 
 
 def shutting_down(run_dir, label: str, pid: int) -> str | None:

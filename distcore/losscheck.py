@@ -35,6 +35,11 @@ SUM = tf.distribute.ReduceOp.SUM
 
 
 def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None, examples=None) -> dict:
+    """One global batch's loss computed six ways on `device_names` (the reference on one device,
+    `compute_average_loss` by this batch's example count, the tutorials' constant divisor, Keras 3's
+    default reduction, and two classic mistakes). The batch is the first `examples` (default: all
+    `global_batch`) test images; the model's initial weights come from `seed`. Returns plain values:
+    each way's loss, its error against the reference, and the replicas' pieces."""
     # One batch of test images: more than the test set has would be a smaller batch than reported.
     try:
         global_batch = check_int("global batch size", global_batch, high=TEST_SIZE)

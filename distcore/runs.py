@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 
 from .config import DistcoreError, TrainConfig, UnevenBatch, check_utf8_path
@@ -52,7 +53,8 @@ def ready_root(root=None) -> Path:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise DistcoreError(f"cannot make the runs folder {root} ({e.strerror or e}); "
+        why = "it is a file" if root.is_file() else e.strerror or e  # ("File exists", QA)
+        raise DistcoreError(f"cannot make the runs folder {root} ({why}); "
                             "set DISTCORE_RUNS_DIR to a folder you can write.") from None
     if not os.access(root, os.W_OK | os.X_OK):
         raise DistcoreError(f"cannot write to the runs folder {root}; set DISTCORE_RUNS_DIR to a folder you can write.")
@@ -85,6 +87,8 @@ def run_path(run_dir) -> Path:
     made a folder named "~", QA)."""
     if run_dir is None or not str(run_dir).strip():
         raise DistcoreError("the run directory is empty: name a folder for the run, e.g. runs/my-run.")
+    if not isinstance(run_dir, (str, os.PathLike)):  # Path(5) is a TypeError (QA)
+        raise DistcoreError(f"the run directory ({run_dir!r}) must be a path, as text or a pathlib.Path.")
     path = Path(run_dir).expanduser()
     check_utf8_path(path, "the run directory")
     for part in path.parts:
@@ -358,6 +362,9 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
     checkpoints mean something else (model, batch, optimizer, ...), and a resume that
     leaves nothing to train. Needs no TensorFlow.
     """
+    if overrides is not None and not isinstance(overrides, Mapping):  # (a list was a TypeError, QA)
+        raise DistcoreError(f"the changes for a resume must be a dict of fields and values, e.g. {{'epochs': 3}}, "
+                            f"not {type(overrides).__name__}.")
     saved = saved_config(run_dir)
     folder = Path(run_dir) / "checkpoints"
     if folder.exists() and not folder.is_dir():  # (it was "no checkpoint yet", then "holds no checkpoint", QA)

@@ -98,6 +98,7 @@ class StopFlag:
         # only a second request while it still waits for them ends it alone (while_connecting).
         self.training = self.cluster = cluster
         self.announced_over = None  # the status announce() replaced, for withdraw()
+        self.resuming = False
 
     def set(self) -> None:
         """Ask the training to stop at the end of its current loop, with a checkpoint (from
@@ -166,11 +167,19 @@ class StopFlag:
         total read "starting · step 938 / 938" under a full bar until training began."""
         if self.run_dir is None or not self.run_dir.is_dir():
             return
+        self.resuming = resume
         if resume or not (self.run_dir / "config.json").exists():
             self.announced_over = runs.read_status(self.run_dir)
             status = self.announced_over or {}
             write_status(self.run_dir, {**status, "state": "starting", "pid": os.getpid(), "message": "",
                                         "total_steps": total_steps})
+
+    def status_before(self, run_dir: Path) -> dict | None:
+        """The run's status before this process: the one announce() replaced, if it did."""
+        status = runs.read_status(run_dir)
+        if self.announced_over and status and status.get("pid") == os.getpid():
+            return self.announced_over
+        return status
 
     def withdraw(self) -> None:
         """Put back the status `announce` replaced: the flags were refused before anything was
@@ -218,7 +227,10 @@ class StopFlag:
             signal.signal(signal.SIGINT, previous)
 
     def exit_before_training(self) -> None:
-        mark_state(self.run_dir, os.getpid(), "stopped", BEFORE_TRAINING)
+        if self.resuming and self.announced_over:  # as it was: its config.json is written when training begins
+            self.withdraw()
+        else:
+            mark_state(self.run_dir, os.getpid(), "stopped", BEFORE_TRAINING)
         os.write(2, f"{BEFORE_TRAINING}: nothing to save.\n".encode())  # (print could re-enter a write)
         remove_autograph_files()  # the input pipeline's map functions may be converted already
         os._exit(self.exit_status())  # nothing trained yet, nothing to save: do not wait for TensorFlow

@@ -208,8 +208,26 @@ def test_a_resume_with_nothing_left_to_train_is_refused_before_any_process_start
     # Refused for its data folder, found missing once TensorFlow is up: it too was marked "failed".
     missing = finished_run.parent / "no-data"
     result = cli("train", "--run-dir", str(finished_run), "--resume", "--epochs", "2", "--data-dir", str(missing))
-    assert result.returncode == 2 and f"--data-dir {missing} lacks" in result.stderr
+    assert result.returncode == 2 and f"--data-dir (data_dir=) {missing} lacks" in result.stderr
     assert run_files(finished_run) == before
+
+
+def test_a_resume_interrupted_before_training_leaves_the_run_as_it_was(finished_run, tmp_path):
+    # QA: Ctrl-C during `train --resume --epochs 2`'s set-up left "stopped 10/20" beside a
+    # config.json of 1 epoch (and in a notebook, epochs 2 beside "finished"): the next plain
+    # resume then trained on, or was refused, by what the interrupted command had asked.
+    run_dir = tmp_path / "copy"
+    shutil.copytree(finished_run, run_dir)
+    before = run_files(run_dir)
+    proc = subprocess.Popen([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--resume",
+                             "--epochs", "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while (runs.read_status(run_dir) or {}).get("pid") != proc.pid and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "stopped before training began: nothing to save." in stderr, stderr[-2000:]
+    assert run_files(run_dir) == before
 
 
 def test_a_resume_with_max_steps_0_lifts_the_limit_and_a_refusal_names_the_limit_that_binds(tmp_path):

@@ -183,3 +183,13 @@ def test_a_bool_is_not_a_number_for_float_fields_either():
     with pytest.raises(DistcoreError, match=r"^learning rate \(True\) must be a number\.$"):
         TrainConfig(devices=CPUS2, learning_rate=True)
     assert str(TrainConfig(devices=CPUS2, l2=-0.0).l2) == "0.0"  # as config.json will say
+
+
+def test_a_configuration_or_its_changes_of_the_wrong_type_are_refused_plainly(tmp_path):
+    # QA: from_dict(["cpu:0"]) said "the configuration has no devices."; resume_config(run,
+    # ["epochs"]) raised a TypeError.
+    from distcore import runs
+    with pytest.raises(DistcoreError, match="^a configuration must be a dict of its fields, not list.$"):
+        TrainConfig.from_dict(["cpu:0"])
+    with pytest.raises(DistcoreError, match=r"^the changes for a resume must be a dict .*not list\.$"):
+        runs.resume_config(tmp_path, ["epochs"])

@@ -221,10 +221,25 @@ def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_d
         again.run()
     assert runs.read_status(tmp_path / "never")["state"] == "finished"
     before = runs.read_status(tmp_path / "never")
+    config_before = (tmp_path / "never" / "config.json").read_text()
     with Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never", resume=True):
         assert runs.read_status(tmp_path / "never")["state"] == "starting"
-    # A resume closed unrun leaves the run as it was (it read "stopped before training began").
+    # A resume closed unrun leaves the run as it was (it read "stopped before training began"),
+    # its config.json too (it kept max_steps 4: a plain resume then trained on, QA).
     assert runs.read_status(tmp_path / "never") == before and runs.list_checkpoints(tmp_path / "never") == ["ckpt-2"]
+    assert (tmp_path / "never" / "config.json").read_text() == config_before
+    with pytest.raises(DistcoreError, match="already finished at step 2 of 2"):  # not trained on
+        resume_config(tmp_path / "never")
+    # Interrupted while it sets up (a notebook's Ctrl-C): as it was too (it read "stopped before
+    # training began" at step 2 of 4, beside a config.json of max_steps 4).
+    def interrupted(*_):
+        raise KeyboardInterrupt
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Controller, "restore", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never", resume=True)
+    assert runs.read_status(tmp_path / "never") == before
+    assert (tmp_path / "never" / "config.json").read_text() == config_before
     dropped = Controller(small(epochs=1), tmp_path / "dropped")
     del dropped  # as a notebook's next cell drops it: as close() leaves it (it read "died", its name taken)
     gc.collect()
@@ -251,6 +266,35 @@ def test_ctrl_c_in_a_library_caller_stops_with_a_checkpoint(tmp_path):
     status = runs.read_status(tmp_path / "lib")
     assert status["state"] == "stopped" and f"'step': {status['step']}" in out and status["step"] >= 8
     assert runs.list_checkpoints(tmp_path / "lib") == [f"ckpt-{status['step']}"]
+
+
+def test_a_second_ctrl_c_reads_stopped_with_what_was_lost_and_an_on_record_error_still_ends_the_run(tmp_path):
+    # QA: a notebook's second Ctrl-C (KeyboardInterrupt in run()) marked the run "failed",
+    # "KeyboardInterrupt"; a callback that raised again on the "failed" record left it "running".
+    def interrupt_at_step_10(record):
+        if record.get("step") == 10 and "loss" in record:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        Controller(small(checkpoint_every=4), tmp_path / "ctrl-c", on_record=interrupt_at_step_10).run()
+    status = runs.read_status(tmp_path / "ctrl-c")
+    said = "interrupted at step 12 (a second Ctrl-C), with no checkpoint there: a resume continues from ckpt-8"
+    assert (status["state"], status["message"]) == ("stopped", said)
+    assert runs.read_metrics(tmp_path / "ctrl-c")[-1] == {**runs.read_metrics(tmp_path / "ctrl-c")[-1],
+                                                         "event": "stopped", "message": said}
+
+    def always_fails(record):
+        return record["loss"]  # a KeyError on every event record, the "failed" one too
+    with pytest.raises(KeyError):
+        Controller(small(), tmp_path / "callback", on_record=always_fails).run()
+    assert runs.read_status(tmp_path / "callback")["state"] == "failed"
+    for bad, message in (({"on_record": 5}, "on_record must be a function"), ({"stop": True}, "stop must be a StopFlag")):
+        with pytest.raises(DistcoreError, match=message):
+            Controller(small(), tmp_path / "bad", **bad)
+    with pytest.raises(DistcoreError, match="config must be a TrainConfig, not dict"):
+        Controller(small().to_dict(), tmp_path / "bad")
+    with pytest.raises(DistcoreError, match=r"the run directory \(5\) must be a path"):
+        Controller(small(), 5)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_a_run_that_failed_before_its_first_checkpoint_resumes_from_step_0(tmp_path, uninterrupted):
@@ -510,7 +554,7 @@ def test_a_relative_data_dir_resumes_from_anywhere_and_a_missing_one_falls_back_
     assert [r["message"] for r in runs.read_metrics(run_dir) if r.get("event") == "fallback"] == [expected]
     evaluated = checkpoints.evaluate(run_dir, None)
     assert evaluated["note"] == expected and evaluated["data_dir"] == str(data.locate()) and evaluated["step"] == 6
-    with pytest.raises(DistcoreError, match=f"^--data-dir {tmp_path / 'elsewhere'} lacks"):  # a flag given
+    with pytest.raises(DistcoreError, match=f"^--data-dir \\(data_dir=\\) {tmp_path / 'elsewhere'} lacks"):  # a flag given
         Controller(resume_config(run_dir, {"max_steps": 8, "data_dir": "../elsewhere"}), run_dir, resume=True)
 
 

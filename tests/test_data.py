@@ -83,8 +83,11 @@ def test_a_user_with_no_home_finds_the_debian_files_and_gets_a_cache_folder(monk
 
 
 def test_an_explicit_folder_missing_files_is_an_error_not_a_fallback(tmp_path, monkeypatch):
-    with pytest.raises(DistcoreError, match="lacks train-images"):
+    with pytest.raises(DistcoreError, match=r"^--data-dir \(data_dir=\) .* lacks train-images"):
         data.load(tmp_path)
+    (tmp_path / "a-file").write_text("")  # (it said the file "lacks" the four files, QA)
+    with pytest.raises(DistcoreError, match="a-file is a file, not a folder: name the folder that holds train-images"):
+        data.load(tmp_path / "a-file")
     # The variable too: a mistyped one trained on Debian's copy without a word.
     monkeypatch.setenv("DISTCORE_DATA_DIR", str(tmp_path))
     with pytest.raises(DistcoreError, match=rf"^\$DISTCORE_DATA_DIR {tmp_path} lacks train-images"):

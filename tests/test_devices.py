@@ -86,6 +86,28 @@ def test_a_two_replica_process_gives_each_op_its_share_and_a_users_setting_wins(
                                           "tf.config.threading.set_intra_op_parallelism_threads(3); ") == [3, 3]
 
 
+def test_a_second_device_set_in_one_process_is_told_its_threads_differ_from_a_new_process():
+    # QA: a notebook's 1-replica run after a 2-replica one kept 1 thread per op (a new process
+    # uses 2), so its losses left the CLI's from step 5, without a word.
+    env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
+    code = ("import sys; from distcore import devices; devices.make_strategy(('cpu:0', 'cpu:1')); "
+            "print('first', file=sys.stderr, flush=True); devices.make_strategy(('cpu:1',))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = out.stderr.split("first\n")
+    assert "thread(s)" not in before
+    share, alone = devices.intra_op_threads(2), devices.intra_op_threads(1)
+    if share != alone:  # (a machine of one core: both are 1)
+        assert (f"this process runs each TensorFlow op on {share} thread(s), as set when TensorFlow first ran "
+                f"here (by an earlier run or evaluation, or by you); a new process for 1 replica(s) uses {alone}") in after
+
+
+@pytest.mark.parametrize("args", [("4x",), (0,), (17,), (True,), (2, -1)])
+def test_configure_refuses_what_no_configuration_allows(args):
+    with pytest.raises(DistcoreError, match="must be a whole number from"):
+        devices.configure(*args)
+
+
 def test_a_strategy_reads_its_devices_as_a_device_set():
     # Issue: "cpu:0,cpu:1" raised an IndexError in prepare, ("cpu:0", "cpu:0") TensorFlow's
     # "AssertionError: No duplicates allowed".

@@ -463,6 +463,8 @@ def test_a_port_in_use_ends_with_one_plain_line(tmp_path):
     ({"DISTCORE_RUNS_DIR": "{tmp}/a-file/runs"},
      "error: cannot make the runs folder {tmp}/a-file/runs (Not a directory); set DISTCORE_RUNS_DIR to a folder "
      "you can write."),
+    ({"DISTCORE_RUNS_DIR": "{tmp}/a-file"},  # it said "(File exists)"
+     "error: cannot make the runs folder {tmp}/a-file (it is a file); set DISTCORE_RUNS_DIR to a folder you can write."),
 ])
 def test_a_bad_app_setting_ends_with_one_plain_line(tmp_path, setting, expected):
     # They ended in a traceback, the runs folder's after the slow device detection.
