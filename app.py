@@ -860,14 +860,12 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
         # None chosen: the newest, as the dropdown shows it. An Evaluate clicked right after
         # ↻ Refresh can arrive before the refresh has filled the dropdown in.
         checkpoint = checkpoint or saved[-1]
-        if checkpoint not in saved:
-            raise DistcoreError(runs.missing_checkpoint(run_dir, checkpoint, saved))
-        args = ["evaluate", "--run-dir", str(run_dir), "--checkpoint", checkpoint, "--details"]
+        args = ["evaluate", "--run-dir", str(run_dir), "--details"]
         if mode == NO_STRATEGY:
             args.append("--no-strategy")
         else:
             args += device_args(selected_devices(settings, cpu_count, gpu_boxes))
-        result = jobs.run_cli_json(args, timeout=900)
+        result = evaluate_or_newest(run_dir, checkpoint, args)
         gallery = sample_gallery(result.get("samples") or [], result.get("data_dir"))
     except DistcoreError as e:
         return error_md(e), None, []
@@ -882,6 +880,31 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
           + (f"\n\nNote: {result['note']}" if result.get("note") else ""))
     fig = plots.confusion_figure(result["confusion"], data.CLASS_NAMES) if result.get("confusion") else None
     return md, fig, gallery
+
+
+def evaluate_or_newest(run_dir: Path, checkpoint: str, args: list[str]) -> dict:
+    """Evaluate `checkpoint`, or, when a run still training has deleted it (it keeps its newest
+    few), the newest, and say so. The picker follows the newest: with 1 to 3 kept, the one it
+    named was gone by the time the evaluation had loaded, nearly every time (QA)."""
+    try:
+        if checkpoint not in runs.list_checkpoints(run_dir):
+            raise DistcoreError(runs.missing_checkpoint(run_dir, checkpoint, runs.list_checkpoints(run_dir)))
+        return jobs.run_cli_json(args + ["--checkpoint", checkpoint], timeout=900)
+    except DistcoreError:
+        if not pruned_while_training(run_dir, checkpoint):
+            raise
+    result = jobs.run_cli_json(args, timeout=900)  # the newest when it is read
+    deleted = (f"{checkpoint} was deleted by the run, which is still training and keeps only its newest "
+               f"checkpoints; this is the newest, {result.get('checkpoint')}.")
+    result["note"] = " ".join(filter(None, [deleted, result.get("note")]))
+    return result
+
+
+def pruned_while_training(run_dir: Path, checkpoint: str) -> bool:
+    saved = runs.list_checkpoints(run_dir)
+    keeps = (runs.read_json(run_dir / "config.json") or {}).get("keep_checkpoints")
+    return (bool(saved) and checkpoint not in saved and bool(keeps) and jobs.is_active(run_dir)
+            and runs.checkpoint_step(checkpoint) < runs.checkpoint_step(saved[-1]))
 
 
 GALLERY_BYTES = 16 * 8192  # 16 images of 112x112 grey pixels, as PNG files (1-5 KB each)

@@ -69,13 +69,31 @@ def file_error(err: BaseException) -> str:
     return text.rsplit("; ", 1)[-1].strip() or type(err).__name__  # TensorFlow writes "path; reason"
 
 
-def newest_intact(folder: Path, try_restore, on_fallback) -> str:
+class Vanished(DistcoreError):
+    """A checkpoint deleted while it was read: a run still training prunes its older ones."""
+
+    def __init__(self, name: str):
+        super().__init__(f"checkpoint {name} was deleted while it was being read (a run still training deletes "
+                         "its older checkpoints when it keeps only its newest few: checkpoints kept); try again.")
+
+
+def newest_intact(folder: Path, try_restore, on_fallback, attempts: int = 5) -> str:
     """Call `try_restore` on checkpoints newest first; return the first that works.
 
     `CheckpointManager` alone would hand back the newest even when it is damaged, and
     a damaged `checkpoint` state file makes it report none (a silent restart from 0):
-    so the list comes from the files on disk, and each one is really read.
+    so the list comes from the files on disk, and each one is really read. One deleted
+    while it was read (the run's own pruning) sends it back to the list, now newer.
     """
+    for attempt in range(attempts):
+        try:
+            return newest_intact_once(folder, try_restore, on_fallback)
+        except Vanished:
+            if attempt == attempts - 1:
+                raise
+
+
+def newest_intact_once(folder: Path, try_restore, on_fallback) -> str:
     names = runs.list_checkpoints(folder.parent)
     problems = []
     recorded = state_file_latest(folder)
@@ -86,6 +104,8 @@ def newest_intact(folder: Path, try_restore, on_fallback) -> str:
     for name in reversed(names):
         try:
             try_restore(folder / name)
+        except Vanished:
+            raise
         except DistcoreError as err:
             problems.append(f"{name}: {str(err).rstrip('.')}")  # joined with "; ", ended once below
             continue
@@ -116,6 +136,8 @@ def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False
     try:
         verify(prefix)  # reads the files alone: what fails here is the files, not the model
     except (ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # damage varies
+        if not exists(prefix):
+            raise Vanished(prefix.name) from None
         raise DistcoreError(f"checkpoint {prefix.name}'s files are damaged or incomplete ({first_line(err)}).") from None
     status = None
     try:
@@ -128,7 +150,13 @@ def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False
             status.expect_partial()  # no second round of "value not found" warnings at exit
         if peer_failure(err):
             raise
+        if not exists(prefix):  # (it blamed the model, QA)
+            raise Vanished(prefix.name) from None
         raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line(err)}).") from None
+
+
+def exists(prefix: Path) -> bool:
+    return Path(f"{prefix}.index").is_file()
 
 
 def first_line(err: BaseException) -> str:

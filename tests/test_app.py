@@ -968,6 +968,24 @@ def test_evaluate_names_a_checkpoint_pruned_since_it_was_picked(settings):
         settings, "own2", "ckpt-9", app.NO_STRATEGY, 2, [])[0]
 
 
+def test_evaluate_takes_the_newest_when_a_run_still_training_deleted_the_one_picked(settings, monkeypatch):
+    # QA: with Checkpoints kept 1-3, the picker's checkpoint (it follows the newest) was deleted by
+    # the training run before the evaluation had loaded: 6 of 6 tries said "has no checkpoint".
+    run_dir = settings.runs_root / "live"
+    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas", "2",
+                    "--train-examples", "640", "--test-examples", "200", "--steps-per-loop", "5",
+                    "--checkpoint-every", "5", "--keep-checkpoints", "1"], cwd=REPO, check=True, timeout=300,
+                   capture_output=True)
+    assert runs.list_checkpoints(run_dir) == ["ckpt-10"]
+    md = app.evaluate(settings, "live", "ckpt-5", app.NO_STRATEGY, 2, [])[0]
+    assert is_error(md) and "has no checkpoint ckpt-5" in md  # a run that has ended: the one asked for, or nothing
+    monkeypatch.setattr(app.jobs, "is_active", lambda run: run == run_dir)  # as if it trained on
+    md = app.evaluate(settings, "live", "ckpt-5", app.NO_STRATEGY, 2, [])[0]
+    assert md.startswith("### Accuracy ") and "ckpt-10 (step 10) of **live**" in md, md
+    assert ("Note: ckpt-5 was deleted by the run, which is still training and keeps only its newest checkpoints; "
+            "this is the newest, ckpt-10.") in md
+
+
 @pytest.mark.parametrize("fixed", [False, True], ids=["glibc's default", "the app's"])
 def test_the_app_keeps_large_blocks_off_the_heap(fixed):
     # The app grew by about 9 MB a visit: glibc raised its mmap threshold as large blocks were

@@ -139,3 +139,27 @@ def test_evaluate_reads_its_devices_as_a_device_set_and_reports_them_normalised(
     for bad, message in [(("cpu:0", "cpu:0"), "device cpu:0 is listed twice"), ((), "the device set is empty")]:
         with pytest.raises(DistcoreError, match=message):
             checkpoints.evaluate(tiny_run, None, bad)
+
+
+def test_a_checkpoint_pruned_while_it_is_read_is_said_so_and_the_newest_is_read_again(tiny_run, tmp_path, monkeypatch):
+    # QA: `evaluate` of a run that keeps 1 checkpoint, while it trained, failed 8 times of 14:
+    # the newest, listed once, was deleted between verify() and restore() as the run saved a
+    # newer one, and the error said it "cannot be restored into this model".
+    import shutil
+    run_dir = tmp_path / "r"
+    shutil.copytree(tiny_run, run_dir)
+    folder = run_dir / "checkpoints"
+    real = checkpoints.restore
+
+    def pruned_as_read(checkpoint, prefix, partial=False):
+        if prefix.name == "ckpt-2":  # the run saves ckpt-4 and deletes ckpt-2 as it is read
+            for f in folder.glob("ckpt-2.*"):
+                f.rename(folder / f.name.replace("ckpt-2", "ckpt-4"))
+        return real(checkpoint, prefix, partial)
+
+    monkeypatch.setattr(checkpoints, "restore", pruned_as_read)
+    assert checkpoints.evaluate(run_dir)["checkpoint"] == "ckpt-4"
+    for f in folder.glob("ckpt-4.*"):
+        f.rename(folder / f.name.replace("ckpt-4", "ckpt-2"))
+    with pytest.raises(checkpoints.Vanished, match="^checkpoint ckpt-2 was deleted while it was being read"):
+        checkpoints.evaluate(run_dir, "ckpt-2")  # one asked for by name
