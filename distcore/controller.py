@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import tensorflow as tf
@@ -143,6 +144,9 @@ class Controller:
         self.write_dir = self.run_dir if self.task.is_chief else worker_scratch()
         if config.workers == 1:
             devices.prepare(config.devices)  # logical devices and threads, so config.json can record them
+            differ = devices.threads_differ(config.devices)
+            if differ:
+                warnings.warn(differ, stacklevel=3)
         # Found before the run directory is claimed: a mistyped --data-dir left a config.json
         # behind, and the corrected command's run "already held a run". (Read after it, so a
         # stop is honoured while the files are read.)

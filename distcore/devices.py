@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import warnings
 
 from .config import MAX_LOGICAL_CPUS, DistcoreError, check_int, device_set, parse_device_list  # noqa: F401
 
@@ -99,8 +98,6 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
             tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads(replicas))
         except RuntimeError:
             pass  # TensorFlow is already running in this process: its threads stay as they are
-    if replicas and "TF_NUM_INTRAOP_THREADS" not in os.environ and intra_op_setting() != intra_op_threads(replicas):
-        warnings.warn(threads_differ(replicas), stacklevel=3)
     cpus = tf.config.list_physical_devices("CPU")
     try:
         current = tf.config.get_logical_device_configuration(cpus[0]) or []
@@ -119,9 +116,14 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
             ) from None
 
 
-def threads_differ(replicas: int) -> str:
-    """Why a run in this process may not match the same run from the CLI or the app."""
+def threads_differ(names) -> str | None:
+    """Why a training on device set `names`, prepared in this process, may not match the same run
+    from the CLI or the app (a process each), or None. TensorFlow takes the thread count once per
+    process: a notebook's later run on another replica count kept the first one's (QA)."""
+    replicas = sum(name.startswith("cpu") for name in device_set(names))
     have = intra_op_setting()
+    if not replicas or "TF_NUM_INTRAOP_THREADS" in os.environ or have == intra_op_threads(replicas):
+        return None
     return (f"this process runs each TensorFlow op on {have or 'all the cores as'} thread(s), as set when TensorFlow "
             f"first ran here (by an earlier run or evaluation, or by you); a new process for {replicas} replica(s) "
             f"uses {intra_op_threads(replicas)} (a core share per replica). The losses then match the same run "

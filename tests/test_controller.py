@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import cpus
-from distcore import checkpoints, data, inputs, runs
+from distcore import checkpoints, data, devices, inputs, runs
 from distcore.config import DistcoreError, TrainConfig
 from distcore.controller import (TEST_EXAMPLE_COST, Controller, StopFlag, failure_message, guess_test_seconds,
                                  remaining_test_passes, resume_config, train_examples, worker_scratch)
@@ -566,3 +566,16 @@ def test_a_logs_folder_that_cannot_be_written_is_a_clear_error(tmp_path):
     with pytest.raises(DistcoreError) as caught:
         Controller(small(max_steps=1), run_dir)
     assert str(caught.value) == f"cannot write TensorBoard logs in {run_dir / 'logs'}: Not a directory."
+
+
+def test_a_run_whose_threads_differ_from_a_new_processs_is_warned_of(tmp_path):
+    # QA: a notebook's runs on other replica counts kept the first one's threads per op, and
+    # their losses left the CLI's from step 5 without a word.
+    if "TF_NUM_INTRAOP_THREADS" in os.environ:
+        pytest.skip("the variable sets the threads of every process alike")
+    have = devices.intra_op_setting()
+    other = next((r for r in (1, 2, 3, 4) if devices.intra_op_threads(r) != have), None)
+    if other is None:
+        pytest.skip("every replica count gets this process's thread count here")
+    with pytest.warns(UserWarning, match=f"a new process for {other} replica"):
+        Controller(small(devices=cpus(other)), tmp_path / "r").close()
