@@ -275,7 +275,9 @@ def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, worker
                 "and some may get an empty one at every step. How TensorFlow cuts a batch depends on the shard "
                 "policy and drop_remainder: 4 over 3 replicas is 2/2/0, or 2/1/1 under FILE and OFF with "
                 "drop_remainder")
-        return (f"⚠️ {what}, and distribute_datasets_from_function refuses it. Press **Show split** to see exactly.")
+        # ("refuses it" read as refusing the 2/1/1 cut just named, retest QA)
+        return (f"⚠️ {what}. distribute_datasets_from_function refuses a global batch that does not divide evenly. "
+                "Press **Show split** to see exactly.")
     return f"Per-replica batch: **{g // replicas}** ({g} / {shown}{why})"
 
 

@@ -9,6 +9,9 @@ and says so; it never silently starts again from step 0.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -85,12 +88,35 @@ def newest_intact(folder: Path, try_restore, on_fallback, attempts: int = 5) -> 
     so the list comes from the files on disk, and each one is really read. One deleted
     while it was read (the run's own pruning) sends it back to the list, now newer.
     """
-    for attempt in range(attempts):
-        try:
-            return newest_intact_once(folder, try_restore, on_fallback)
-        except Vanished:
-            if attempt == attempts - 1:
-                raise
+    with quiet_unrestored_values():
+        for attempt in range(attempts):
+            try:
+                return newest_intact_once(folder, try_restore, on_fallback)
+            except Vanished:
+                if attempt == attempts - 1:
+                    raise
+            gc.collect()  # the failed restore goes now, with its warnings, while they are dropped
+
+
+class UnrestoredValues(logging.Filter):
+    """Drops TensorFlow's warnings of a restore that failed half-way, as its objects go: about
+    26 lines of "Value in checkpoint could not be found in the restored object" before a
+    correct result, read as a broken checkpoint (QA). A restore that fails for real says why."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not message.startswith(("Value in checkpoint could not be found in the restored object",
+                                       "Detecting that an object or model or tf.train.Checkpoint is being deleted"))
+
+
+@contextlib.contextmanager
+def quiet_unrestored_values():
+    logger, quiet = tf.get_logger(), UnrestoredValues()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def newest_intact_once(folder: Path, try_restore, on_fallback) -> str:

@@ -435,7 +435,7 @@ def cmd_cluster(args) -> int:
             # request in between killed this process and left the run "starting" ("died").
             signal.pthread_sigmask(signal.SIG_BLOCK, stopping.STOPS)
     except StoppedBeforeLaunch as stopped:
-        stopping.mark_state(stop.run_dir, os.getpid(), "stopped", stopping.BEFORE_TRAINING)
+        stop.stopped_before_training()  # (a resume read "stopped 752/940" beside its config of 752, QA)
         print(f"{stopping.BEFORE_TRAINING}: nothing to save.", file=sys.stderr)
         return stopping.exit_status(stopped.signum)
     except DistcoreError as err:

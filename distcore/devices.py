@@ -124,7 +124,8 @@ def threads_differ(names) -> str | None:
     have = intra_op_setting()
     if not replicas or "TF_NUM_INTRAOP_THREADS" in os.environ or have == intra_op_threads(replicas):
         return None
-    return (f"this process runs each TensorFlow op on {have or 'all the cores as'} thread(s), as set when TensorFlow "
+    threads = f"{have} thread(s)" if have else "TensorFlow's default thread count (all the cores)"
+    return (f"this process runs each TensorFlow op on {threads}, as set when TensorFlow "
             f"first ran here (by an earlier run or evaluation, or by you); a new process for {replicas} replica(s) "
             f"uses {intra_op_threads(replicas)} (a core share per replica). The losses then match the same run "
             "from the CLI or the app only to about 5 digits. For equal ones, train each device set in a new "

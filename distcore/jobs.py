@@ -163,7 +163,12 @@ def how_to_stop(pid: int, run_dir: Path) -> str:
     program, a notebook's kernel with every step since the last checkpoint (QA)."""
     if is_distcore_command(pid, run_dir):
         return f"Ctrl-C there, or kill -TERM {pid}"
-    return "it is a Python program that uses distcore as a library: Ctrl-C there, or its StopFlag's set()"
+    return f"it is a Python program that uses distcore as a library: {LIBRARY_STOP}"
+
+
+# How a library caller's run is stopped: a Controller made and not run holds the run too (QA).
+LIBRARY_STOP = ("stop it there (Ctrl-C, or its StopFlag's set(), while it trains; close() or del a Controller "
+                "made and not run)")
 
 
 def shutting_down(run_dir, label: str, pid: int) -> str | None:
@@ -373,7 +378,7 @@ def stop_training(run_dir, startup_timeout: float = 90) -> bool:
         if ready_to_stop(run_dir, pid) or time.monotonic() > deadline:
             if not is_distcore_command(pid, run_dir):  # its SIGTERM could end a notebook's kernel
                 raise DistcoreError(f"run {run_dir.name} is trained by process {pid}, a Python program that uses "
-                                    "distcore as a library: stop it there (Ctrl-C, or its StopFlag's set()).")
+                                    f"distcore as a library: {LIBRARY_STOP}.")
             os.kill(cluster_launcher(pid, run_dir) or pid, signal.SIGTERM)
             return True
         time.sleep(0.2)

@@ -181,6 +181,14 @@ class StopFlag:
             return self.announced_over
         return status
 
+    def stopped_before_training(self) -> None:
+        """A stop before training began: a resume leaves the run as it was (its config.json is
+        written only when training begins), a new run reads "stopped before training began"."""
+        if self.resuming and self.announced_over:
+            self.withdraw()
+        else:
+            mark_state(self.run_dir, os.getpid(), "stopped", BEFORE_TRAINING)
+
     def withdraw(self) -> None:
         """Put back the status `announce` replaced: the flags were refused before anything was
         done (a resume with --replicas 17 marked a finished run "failed")."""
@@ -227,10 +235,7 @@ class StopFlag:
             signal.signal(signal.SIGINT, previous)
 
     def exit_before_training(self) -> None:
-        if self.resuming and self.announced_over:  # as it was: its config.json is written when training begins
-            self.withdraw()
-        else:
-            mark_state(self.run_dir, os.getpid(), "stopped", BEFORE_TRAINING)
+        self.stopped_before_training()
         os.write(2, f"{BEFORE_TRAINING}: nothing to save.\n".encode())  # (print could re-enter a write)
         remove_autograph_files()  # the input pipeline's map functions may be converted already
         os._exit(self.exit_status())  # nothing trained yet, nothing to save: do not wait for TensorFlow

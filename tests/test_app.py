@@ -77,7 +77,8 @@ def test_batch_note(settings):
     assert "does not divide evenly by 3 replicas** (64 / 3 replicas ≈ 21.333)" in app.batch_note(settings, 64, 3, [])
     # Its example names both of TensorFlow's cuts (tests/test_split.py checks them); 2/2/0 alone
     # contradicted the split shown under it with drop_remainder (QA).
-    assert "4 over 3 replicas is 2/2/0, or 2/1/1 under FILE and OFF with drop_remainder" in app.batch_note(settings, 64, 3, [])
+    assert "4 over 3 replicas is 2/2/0, or 2/1/1 under FILE and OFF with drop_remainder. distribute_datasets_from_" \
+           "function refuses a global batch that does not divide evenly." in app.batch_note(settings, 64, 3, [])
     assert "(1 / 8 replicas = 0.125)" in app.batch_note(settings, 1, 8, [])  # not 0.12
     assert "**4 examples for 8 replicas** (4 / 8 replicas = 0.5): at each step 4 of them get an empty batch" in (
         app.batch_note(settings, 4, 8, []))  # 1/1/1/1/0/0/0/0

@@ -544,10 +544,10 @@ def test_the_tfjob_pods_agree_on_resume_when_one_starts_late(tmp_path, chief_die
     assert runs.read_status(run_dir)["state"] == "finished"
 
 
-def test_a_stop_while_the_launcher_counts_gpus_stops_it_cleanly(tmp_path):
-    # SIGTERM there ended it silently (exit 143) and left the GPU-counting child running.
-    proc = subprocess.Popen([sys.executable, "-m", "distcore", "cluster", "--workers", "2", "--run-dir",
-                             str(tmp_path / "run")], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+def stop_while_counting_gpus(*args):
+    """`cluster ARGS`, stopped with SIGTERM while it counts GPUs; (the process, its child's pid)."""
+    proc = subprocess.Popen([sys.executable, "-m", "distcore", "cluster", "--workers", "2", *args], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (child := subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()):
         assert proc.poll() is None and time.monotonic() < deadline
@@ -555,7 +555,25 @@ def test_a_stop_while_the_launcher_counts_gpus_stops_it_cleanly(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     assert "stopped before training began: nothing to save." in proc.stderr.read()
-    assert not os.path.exists(f"/proc/{child[0]}")  # (it was its GPU count: no worker had started)
+    return proc, child[0]
+
+
+def test_a_resumed_cluster_stopped_before_launch_leaves_the_run_as_it_was(tmp_path):
+    # Retest QA: it read "stopped 752/940" beside a config.json of 752 steps, and a plain resume
+    # then said "already finished at step 752 of 752" (train --resume already left it as it was).
+    run_dir = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--train-examples", "640",
+                    "--test-examples", "100", "--max-steps", "2"], cwd=ROOT, check=True, capture_output=True,
+                   timeout=300)
+    before = {name: (run_dir / name).read_text() for name in ("config.json", "status.json")}
+    stop_while_counting_gpus("--run-dir", str(run_dir), "--resume", "--max-steps", "4")
+    assert {name: (run_dir / name).read_text() for name in before} == before
+
+
+def test_a_stop_while_the_launcher_counts_gpus_stops_it_cleanly(tmp_path):
+    # SIGTERM there ended it silently (exit 143) and left the GPU-counting child running.
+    _, child = stop_while_counting_gpus("--run-dir", str(tmp_path / "run"))
+    assert not os.path.exists(f"/proc/{child}")  # (it was its GPU count: no worker had started)
     assert not (tmp_path / "run").exists()
 
 

@@ -101,6 +101,13 @@ def test_a_second_device_set_in_one_process_is_told_its_threads_differ_from_a_ne
         assert other.startswith(f"this process runs each TensorFlow op on {share} thread(s), as set when TensorFlow "
                                 f"first ran here (by an earlier run or evaluation, or by you); a new process for 1 "
                                 f"replica(s) uses {alone}")
+    # After an evaluation with no strategy, which sets nothing: TensorFlow's default (it read
+    # "on all the cores as thread(s)").
+    code = ("import tensorflow as tf; tf.constant(1.0) + 1.0; from distcore import devices; "
+            "print(devices.threads_differ(('cpu:0', 'cpu:1')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("this process runs each TensorFlow op on TensorFlow's default thread count (all "
+                                 "the cores), as set when"), out.stdout + out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("args", [("4x",), (0,), (17,), (True,), (2, -1)])

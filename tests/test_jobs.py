@@ -476,6 +476,7 @@ def test_a_run_a_library_caller_trains_is_active_and_the_app_does_not_signal_it(
         with pytest.raises(DistcoreError, match=f"still training \\(process {proc.pid}\\)") as refused:
             jobs.check_not_training(run_dir)  # (the CLI's resume): it said "kill -TERM", which ended a kernel (QA)
         assert "kill" not in str(refused.value) and "a Python program that uses distcore as a library" in str(refused.value)
+        assert "close() or del a Controller made and not run" in str(refused.value)  # (Ctrl-C alone freed none, retest)
         with pytest.raises(DistcoreError, match="uses distcore as a library: stop it there"):
             jobs.stop_training(run_dir)
         assert proc.poll() is None
