@@ -101,3 +101,20 @@ def fill_disk(mount):
     with open(mount / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
         while True:
             f.write(b"x" * 4096)
+
+
+@contextlib.contextmanager
+def tf_warnings():
+    """The messages TensorFlow's Python logger gives out meanwhile, past its filters."""
+    import logging
+
+    import tensorflow as tf
+
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    tf.get_logger().addHandler(handler)
+    try:
+        yield said
+    finally:
+        tf.get_logger().removeHandler(handler)

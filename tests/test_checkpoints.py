@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import tensorflow as tf
 
-from conftest import cpus
+from conftest import cpus, tf_warnings
 from distcore import checkpoints, runs
 from distcore.config import DistcoreError
 
@@ -167,18 +167,11 @@ def test_a_checkpoint_pruned_while_it_is_read_is_said_so_and_the_newest_is_read_
 def test_the_warnings_of_a_restore_that_failed_half_way_are_dropped():
     # Retest QA: a read again after a checkpoint vanished printed some 26 of TensorFlow's
     # "Value in checkpoint could not be found in the restored object" before a right result.
-    import logging
-    said = []
-    handler = logging.Handler()
-    handler.emit = lambda record: said.append(record.getMessage())
     logger = tf.get_logger()
-    logger.addHandler(handler)
-    try:
+    with tf_warnings() as said:
         with checkpoints.quiet_unrestored_values():
             logger.warning("Value in checkpoint could not be found in the restored object: (root).step")
             logger.warning("Detecting that an object or model or tf.train.Checkpoint is being deleted with ...")
             logger.warning("another warning")
         logger.warning("Value in checkpoint could not be found in the restored object: (root).epoch")
-    finally:
-        logger.removeHandler(handler)
     assert said == ["another warning", "Value in checkpoint could not be found in the restored object: (root).epoch"]

@@ -1,13 +1,12 @@
 """The inner loop: the tutorial's loss scaling makes every device set train alike."""
 
-import logging
 import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import cpus
+from conftest import cpus, tf_warnings
 from distcore import devices, inputs
 from distcore.config import TrainConfig
 from distcore.loop import StepRunner
@@ -131,17 +130,10 @@ def test_test_pass_sees_every_example_and_warns_nothing(fmnist):
 def test_each_new_runner_traces_its_own_step_without_a_retracing_warning(fmnist):
     # A notebook's fifth Controller drew TensorFlow's "triggered tf.function retracing" warning:
     # it counts traces by the function's code, across every StepRunner's own functions.
-    seen = []
-    handler = logging.Handler()
-    handler.emit = lambda record: seen.append(record.getMessage())
-    logger = tf.get_logger()
-    logger.addHandler(handler)
-    try:
+    with tf_warnings() as seen:
         for _ in range(7):
             first_step(fmnist, 2, n=8, global_batch=8)
-        logger.warning(  # (a warning about another function still passes)
+        tf.get_logger().warning(  # (a warning about another function still passes)
             "7 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing.")
-    finally:
-        logger.removeHandler(handler)
     assert [m for m in seen if "retracing" in m] == [
         "7 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing."]
