@@ -159,7 +159,8 @@ class Controller:
         config = self.config
         self.data = data_lib.subset(data_lib.read_dir(folder), config.train_examples, config.test_examples)
         if config.workers > 1:
-            with self.stop.while_connecting(announce=self.waiting_message(), remind=self.still_waiting_message()):
+            with self.stop.while_connecting(announce=self.waiting_message(), remind=self.still_waiting_message(),
+                                            put_back=self.status_before):
                 self.strategy = devices.make_multiworker_strategy()
             self.check_same_flags(resume)  # before any other collective: mismatched ones hang
         else:

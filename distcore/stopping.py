@@ -11,6 +11,7 @@ still waits for its peers to connect (StopFlag.while_connecting).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -192,11 +193,8 @@ class StopFlag:
     def withdraw(self) -> None:
         """Put back the status `announce` replaced: the flags were refused before anything was
         done (a resume with --replicas 17 marked a finished run "failed")."""
-        status = runs.read_status(self.run_dir) if self.run_dir is not None else None
-        before = self.announced_over
-        if before and status and status.get("pid") == os.getpid() and status.get("state") == "starting":
-            with contextlib.suppress(DistcoreError):
-                runs.write_json_atomic(self.run_dir / "status.json", before)
+        if self.announced_over:
+            put_status_back(self.run_dir, os.getpid(), self.announced_over)
 
     def refused(self, message: str, resume: bool) -> None:
         """The flags were refused before anything was done: a resume leaves the run as it was,
@@ -241,7 +239,7 @@ class StopFlag:
         os._exit(self.exit_status())  # nothing trained yet, nothing to save: do not wait for TensorFlow
 
     @contextlib.contextmanager
-    def while_connecting(self, announce: str = "", remind: str = ""):
+    def while_connecting(self, announce: str = "", remind: str = "", put_back: dict | None = None):
         """Around a cluster worker's wait for its peers in TensorFlow's start-up barrier.
 
         No Python code runs there: TensorFlow holds the GIL until every worker has
@@ -254,7 +252,8 @@ class StopFlag:
         a worker never started. Workers of the cluster launcher need none of this: it
         stops stuck workers itself. `announce` is printed to stderr once the watcher is up:
         a waiting worker is otherwise silent on its terminal, for as long as it waits. The
-        watcher prints `remind` after REMIND_SECONDS of waiting, with the time waited.
+        watcher prints `remind` after REMIND_SECONDS of waiting, with the time waited. A resume
+        gives `put_back`, the run's status before it: a worker ended then leaves the run as it was.
         """
         if os.environ.get(LAUNCHED_ENV) or threading.current_thread() is not threading.main_thread():
             yield  # (the wakeup fd can only be set from the main thread)
@@ -268,7 +267,7 @@ class StopFlag:
         try:
             watcher = subprocess.Popen(
                 [sys.executable, "-m", "distcore.stopping", str(read_end), str(os.getpid()), str(self.run_dir or ""),
-                 remind, *map(str, REMIND_SECONDS)],
+                 remind, *map(str, REMIND_SECONDS), json.dumps(put_back)],
                 pass_fds=(read_end,), start_new_session=True, env=env)  # its own session: no Ctrl-C of its own
             if announce:
                 print(announce, file=sys.stderr, flush=True)
@@ -310,6 +309,14 @@ def mark_state(run_dir: Path | None, pid: int, state: str, message: str, only_fr
     write_status(run_dir, {**status, "state": state, "message": message})
 
 
+def put_status_back(run_dir: Path | None, pid: int, before: dict) -> None:
+    """Write `before` over a "starting" status of process `pid`, which then did nothing."""
+    status = runs.read_status(run_dir) if run_dir is not None else None
+    if status and status.get("pid") == pid and status.get("state") == "starting":
+        with contextlib.suppress(DistcoreError):
+            runs.write_json_atomic(run_dir / "status.json", before)
+
+
 FIRST, AGAIN = "first", "again"
 
 
@@ -329,7 +336,7 @@ class Requests:
 
 
 def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None, remind: str = "",
-                           remind_seconds: tuple[float, float] = REMIND_SECONDS) -> None:
+                           remind_seconds: tuple[float, float] = REMIND_SECONDS, put_back: dict | None = None) -> None:
     """The watcher process of StopFlag.while_connecting: reads worker `pid`'s signals until
     the worker closes the pipe (it connected, or failed), and says `remind` now and then."""
     requests, began = Requests(), time.monotonic()
@@ -352,7 +359,10 @@ def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None, remind
                       "Every worker stops at step 0 once all have connected; ask again to leave now "
                       "(the others will then wait for this one).", file=sys.stderr, flush=True)
             elif kind == AGAIN:
-                mark_state(run_dir, pid, "stopped", BEFORE_TRAINING + " (while waiting for the other workers to connect)")
+                if put_back:  # a resume: as it was, beside its config.json (written when training begins)
+                    put_status_back(run_dir, pid, put_back)
+                else:
+                    mark_state(run_dir, pid, "stopped", BEFORE_TRAINING + " (while waiting for the other workers to connect)")
                 print("distcore: leaving now; the other workers will wait for this one.", file=sys.stderr, flush=True)
                 os.kill(pid, signal.SIGKILL)
                 return
@@ -368,4 +378,4 @@ def waited(seconds: float) -> str:
 
 if __name__ == "__main__":
     watch_while_connecting(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]) if sys.argv[3] else None,
-                           sys.argv[4], (float(sys.argv[5]), float(sys.argv[6])))
+                           sys.argv[4], (float(sys.argv[5]), float(sys.argv[6])), json.loads(sys.argv[7]))

@@ -375,6 +375,28 @@ def test_a_bare_worker_waiting_for_a_peer_that_never_comes_leaves_when_asked_twi
     assert connect_watchers(alone.pid) == []
 
 
+def test_a_bare_worker_resuming_that_leaves_while_it_waits_leaves_the_run_as_it_was(tmp_path):
+    # As a resume interrupted while it sets up (retest QA): it read "stopped before training
+    # began" with the new total beside a config.json of the old one.
+    run_dir = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--train-examples", "640",
+                    "--test-examples", "100", "--max-steps", "4", "--steps-per-loop", "2"], cwd=ROOT, check=True,
+                   capture_output=True, timeout=300)
+    before = {name: (run_dir / name).read_text() for name in ("config.json", "status.json")}
+    alone = start_bare_worker(cluster.local_tf_configs(2)[0], run_dir, "--resume")
+    try:
+        wait_until_waiting_for_peers(alone)
+        assert runs.read_status(run_dir)["state"] == "starting"
+        alone.send_signal(signal.SIGINT)
+        time.sleep(1.5)
+        alone.send_signal(signal.SIGINT)
+        assert alone.wait(timeout=20) == -signal.SIGKILL
+    finally:
+        if alone.poll() is None:
+            alone.kill()
+    assert {name: (run_dir / name).read_text() for name in before} == before
+
+
 def test_workers_of_the_launcher_do_not_announce_their_wait(monkeypatch, capfd):
     monkeypatch.setenv(stopping.LAUNCHED_ENV, "1")  # their stderr is a log the launcher quotes on failure
     with stopping.StopFlag(cluster=True).while_connecting(announce="worker 1: waiting"):
