@@ -867,7 +867,7 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
             args.append("--no-strategy")
         else:
             args += device_args(selected_devices(settings, cpu_count, gpu_boxes))
-        result = evaluate_or_newest(run_dir, checkpoint, args)
+        result = evaluate_or_newest(run_dir, checkpoint, saved, args)
         gallery = sample_gallery(result.get("samples") or [], result.get("data_dir"))
     except DistcoreError as e:
         return error_md(e), None, []
@@ -884,13 +884,14 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
     return md, fig, gallery
 
 
-def evaluate_or_newest(run_dir: Path, checkpoint: str, args: list[str]) -> dict:
+def evaluate_or_newest(run_dir: Path, checkpoint: str, saved: list[str], args: list[str]) -> dict:
     """Evaluate `checkpoint`, or, when a run still training has deleted it (it keeps its newest
-    few), the newest, and say so. The picker follows the newest: with 1 to 3 kept, the one it
-    named was gone by the time the evaluation had loaded, nearly every time (QA)."""
+    few), the newest, and say so; `saved`: the run's checkpoints as listed a moment before. The
+    picker follows the newest: with 1 to 3 kept, the one it named was gone by the time the
+    evaluation had loaded, nearly every time (QA)."""
     try:
-        if checkpoint not in runs.list_checkpoints(run_dir):
-            raise DistcoreError(runs.missing_checkpoint(run_dir, checkpoint, runs.list_checkpoints(run_dir)))
+        if checkpoint not in saved:
+            raise DistcoreError(runs.missing_checkpoint(run_dir, checkpoint, saved))
         return jobs.run_cli_json(args + ["--checkpoint", checkpoint], timeout=900)
     except DistcoreError:
         if not pruned_while_training(run_dir, checkpoint):

@@ -256,8 +256,7 @@ class Controller:
         config.json, which is only written when training begins (a closed resume Controller left
         epochs raised, and a plain resume trained on, QA)."""
         if self.status_before:
-            with contextlib.suppress(DistcoreError):
-                runs.write_status(self.run_dir, self.status_before)
+            stopping.put_status_back(self.run_dir, os.getpid(), self.status_before)
         else:
             self.stop.withdraw()  # the CLI's "starting", written before the Controller
 

@@ -246,7 +246,7 @@ def split_table(plan: dict, max_rows: int = MAX_TABLE_STEPS) -> str:
     lines = ["", "", f"<details><summary>The split as a table: {which} ids, replica by replica</summary>", "",
              "| step | " + " | ".join(f"replica {r}" for r in range(replicas)) + " |",
              "|---" * (replicas + 1) + "|"]
-    for i, s in enumerate(rows):
+    for s in rows:
         row = list(shown[s]) + [[]] * (replicas - len(shown[s]))
         cells = [format_ids(sorted(ids), max_chars=10**9).replace(",", ", ") for ids in row]  # (wraps)
         lines.append(f"| {_step_label(s, row, global_batch)} | " + " | ".join(cells) + " |")

@@ -314,7 +314,7 @@ def put_status_back(run_dir: Path | None, pid: int, before: dict) -> None:
     status = runs.read_status(run_dir) if run_dir is not None else None
     if status and status.get("pid") == pid and status.get("state") == "starting":
         with contextlib.suppress(DistcoreError):
-            runs.write_json_atomic(run_dir / "status.json", before)
+            runs.write_status(run_dir, before)
 
 
 FIRST, AGAIN = "first", "again"
