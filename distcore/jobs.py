@@ -519,7 +519,7 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
     return Progress(
         name=run_dir.name, state=state, active=active,
         step=int(status.get("step") or last_step.get("step") or 0),
-        total_steps=int(status.get("total_steps") or 0),
+        total_steps=shown_total(run_dir, status, state),
         epoch=int(status.get("epoch") or last_step.get("epoch") or 0),
         # A live run: what its running status says, which is nothing after a chunk that traced
         # (and while starting, when the status still holds the previous process's numbers).
@@ -532,6 +532,19 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
         checkpoints=tuple(runs.list_checkpoints(run_dir)),
         has_config=(run_dir / "config.json").is_file(),
     )
+
+
+def shown_total(run_dir: Path, status: dict, state: str) -> int:
+    """The run's total steps, as its status says. But a resume killed while it set up left its
+    new total in a "starting" status beside config.json, which only training would have changed:
+    it read "died · step 47 / 94", and a plain resume then said the run had finished (QA)."""
+    total = int(status.get("total_steps") or 0)
+    if state != "died" or status.get("state") != "starting" or not (run_dir / "config.json").is_file():
+        return total
+    try:
+        return runs.saved_config(run_dir).total_steps()
+    except DistcoreError:  # (a damaged config.json: its view says so)
+        return total
 
 
 STALLED_SECONDS = 120  # with no new status for this long (or 5 loops, if longer), say so

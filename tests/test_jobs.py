@@ -428,6 +428,21 @@ def test_a_two_worker_resume_shows_starting_with_its_new_total_at_once(tmp_path)
     assert runs.list_checkpoints(run_dir) == ["ckpt-10"]
 
 
+def test_a_resume_killed_while_it_sets_up_shows_the_runs_own_total(tmp_path):
+    # QA: a resume killed with SIGKILL before training began left its new total in the status;
+    # the run read "died · step 10 / 20" beside a config.json of 10 steps.
+    run_dir = tmp_path / "k"
+    jobs.start_training(tmp_path, "k", ["--replicas", "1", *SMALL_PAIR])
+    assert jobs.wait_until_done(run_dir, timeout=120)
+    pid = jobs.start_training(tmp_path, "k", ["--epochs", "2"], resume=True)
+    assert wait_for(lambda: (runs.read_status(run_dir) or {}).get("state") == "starting", timeout=30, poll=0.01)
+    os.kill(pid, signal.SIGKILL)
+    assert jobs.wait_until_done(run_dir, timeout=30)
+    assert runs.read_status(run_dir)["total_steps"] == 20 and runs.read_config(run_dir)["epochs"] == 1
+    shown = jobs.job_progress(run_dir)
+    assert (shown.state, shown.step, shown.total_steps) == ("died", 10, 10)
+
+
 @contextlib.contextmanager
 def stand_in(run_dir, command: str):
     """A process whose command line reads as `distcore COMMAND --run-dir RUN_DIR`, sleeping."""
