@@ -177,6 +177,7 @@ class Controller:
         for message in notes:
             self.log_event("fallback", message)
         self.writer = events.writer(self.write_dir / "logs")
+        self.write_losses = events.series_writer(self.writer, "train/loss")
         self.test_data = test_dataset(self.strategy, config, self.data)
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
         self.first_chunk_done = False
@@ -514,11 +515,11 @@ class Controller:
         whose 7-800 examples/s said nothing of the speed (in metrics.jsonl, the CSV export and
         TensorBoard alike)."""
         speed = {} if elapsed is None else {"examples_per_sec": round(float(counts.sum() / elapsed), 1)}
+        for i, (loss, count) in enumerate(zip(losses, counts)):
+            self.emit({"step": first_step + i + 1, "epoch": epoch, "loss": float(loss), "examples": int(count), **speed})
         with events.summaries(self.writer, self.write_dir / "logs"):
-            for i, (loss, count) in enumerate(zip(losses, counts)):
-                step = first_step + i + 1
-                self.emit({"step": step, "epoch": epoch, "loss": float(loss), "examples": int(count), **speed})
-                tf.summary.scalar("train/loss", float(loss), step=step)
+            self.write_losses(tf.range(first_step + 1, first_step + 1 + len(losses), dtype=tf.int64),
+                              tf.constant(losses, tf.float32))
             if speed:
                 tf.summary.scalar("train/examples_per_sec", speed["examples_per_sec"], step=first_step + len(losses))
 

@@ -15,8 +15,9 @@ import struct
 from pathlib import Path
 
 import tensorflow as tf
+from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from . import checkpoints
+from . import checkpoints, loop
 from .config import DistcoreError
 
 
@@ -27,6 +28,23 @@ def writer(folder: Path):
         return tf.summary.create_file_writer(str(folder))
     except tf.errors.OpError as err:
         raise DistcoreError(f"cannot write TensorBoard logs in {folder}: {checkpoints.file_error(err)}.") from None
+
+
+def series_writer(writer, tag: str):
+    """A function that writes a chunk's scalars under `tag` in one call, `write(steps, values)`:
+    one eager `tf.summary.scalar` per step took 4 ms of every 20-step chunk, about 4% of a
+    1-replica run's time, for what one traced call does in 0.5 ms. The events are the ones
+    `tf.summary.scalar` writes: `tf.summary.write` with the scalar plugin's metadata, and the
+    tag as given (`tf.summary.scalar` in the traced loop prefixed it with "while/")."""
+    metadata = scalar_metadata.create_summary_metadata(display_name=None, description=None)
+    loop.quiet_own_tracing("series_writer.<locals>.write")  # one per run: not a retrace
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.float32)])
+    def write(steps, values):
+        with writer.as_default():
+            for i in tf.range(tf.size(values)):
+                tf.summary.write(tag, values[i], step=steps[i], metadata=metadata)
+    return write
 
 
 @contextlib.contextmanager

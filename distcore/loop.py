@@ -28,7 +28,8 @@ SUM = tf.distribute.ReduceOp.SUM
 
 
 class OwnTracingNotRetracing(logging.Filter):
-    """Drops TensorFlow's warning that a StepRunner's step loop "triggered tf.function retracing".
+    """Drops TensorFlow's warning that one of distcore's per-object functions (a StepRunner's
+    step loop, a run's TensorBoard series writer) "triggered tf.function retracing".
 
     TensorFlow counts traces by the Python function's code, across all objects: each new
     StepRunner (a Controller, an evaluation) traces its own functions once, as it must, and
@@ -36,15 +37,20 @@ class OwnTracingNotRetracing(logging.Filter):
     Its warnings about other functions pass.
     """
 
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not ("triggered tf.function retracing" in message and f"{__name__}.StepRunner object" in message)
+        return not ("triggered tf.function retracing" in message and self.name in message)
 
 
-def quiet_own_tracing() -> None:
+def quiet_own_tracing(name: str = f"{__name__}.StepRunner object") -> None:
+    """Drop the retracing warnings that name `name` (as TensorFlow prints the function)."""
     logger = tf.get_logger()
-    if not any(isinstance(f, OwnTracingNotRetracing) for f in logger.filters):
-        logger.addFilter(OwnTracingNotRetracing())
+    if not any(isinstance(f, OwnTracingNotRetracing) and f.name == name for f in logger.filters):
+        logger.addFilter(OwnTracingNotRetracing(name))
 
 
 class StepRunner:
