@@ -177,10 +177,16 @@ def die_with_parent() -> None:
 def worker(kind: str, *args) -> dict:
     """Run `python -m distcore.bench --worker KIND ARGS` and return its JSON line."""
     cmd, env = worker_command(kind, *args)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, preexec_fn=die_with_parent)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=die_with_parent)
+    try:
+        stdout, stderr = proc.communicate()
+    except BaseException:  # a stop: subprocess.run killed it, and its autograph files stayed in TMPDIR (QA)
+        leave_gently(proc)
+        raise
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"bench worker {kind} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"bench worker {kind} failed (exit {proc.returncode}):\n{stderr[-3000:]}")
     return json.loads(lines[-1])
 
 
@@ -256,15 +262,21 @@ class ContenderProcess:
         is interrupted, so it leaves through its clean-up, and killed only if that hangs."""
         if self.proc.poll() is None:
             self.proc.stdin.close()  # the worker's cue to exit
-            for ask, wait in ((None, 2), (signal.SIGINT, 30), (signal.SIGKILL, None)):
-                if ask is not None:
-                    self.proc.send_signal(ask)
-                try:
-                    self.proc.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            leave_gently(self.proc)
         self.log.close()
+
+
+def leave_gently(proc) -> None:
+    """Let a worker leave through its clean-up: 2 s (a Ctrl-C in the terminal reached it too),
+    then a Ctrl-C of its own, 30 s, and only then SIGKILL."""
+    for ask, wait in ((None, 2), (signal.SIGINT, 30), (signal.SIGKILL, None)):
+        if ask is not None:
+            proc.send_signal(ask)
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def train_process(replicas: int, max_steps: int, test_examples: int | None = None) -> dict:
@@ -333,8 +345,11 @@ def at_least(value: float, want: float, bound: float) -> dict:
     """A ">= want" target, next to what `step_only` (the same step, with no loop cost at
     all) reached in the same run: no loop over these kernels does better, so a target
     above it is out of reach here, whatever the loop."""
-    return {"value": value, "target": f">= {want}", "met": value >= want, "bound": bound,
-            "reachable": value >= want or bound >= want}
+    check = {"value": value, "target": f">= {want}", "met": value >= want, "bound": bound,
+             "reachable": value >= want or bound >= want}
+    if bound < value < want:  # it called a target "out of reach" that the loop itself came nearer (QA)
+        check.update(reachable=None, note="step_only ran slower than distcore's loop here (other load): no bound")
+    return check
 
 
 def check_targets(report: dict) -> dict:
@@ -412,7 +427,7 @@ def format_report(report: dict) -> str:
     for name, check in report["targets"].items():
         limit = ""
         if "bound" in check:
-            limit = f"; step_only {check['bound']}" + ("" if check["reachable"] else ": out of reach for any loop")
+            limit = f"; step_only {check['bound']}" + ("" if check["reachable"] is not False else ": out of reach for any loop")
         verdict = "n/a " if check["met"] is None else "met " if check["met"] else "MISS"
         note = f"; {check['note']}" if check.get("note") else ""
         lines.append(f"  {verdict}  {name}: {check['value']} (target {check['target']}{limit}{note})")

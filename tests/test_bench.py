@@ -104,14 +104,20 @@ def test_a_target_above_what_step_only_reached_is_out_of_reach():
     """Mechanics of the target check, on made-up numbers."""
     report = {"results": [{"replicas": 2, "ceiling_share": 0.6, "step_only_ceiling_share": 0.65,
                            "vs_tutorial": 1.2, "step_only_vs_tutorial": 1.05,  # noise can put step_only below
-                           "vs_keras_fit": 1.2, "step_only_vs_keras_fit": 1.4}],
+                           "vs_keras_fit": 1.2, "step_only_vs_keras_fit": 1.4},
+                          {"replicas": 4, "ceiling_share": 0.27, "step_only_ceiling_share": 0.23,
+                           "vs_tutorial": 1.2, "step_only_vs_tutorial": 1.3, "vs_keras_fit": 1.25,
+                           "step_only_vs_keras_fit": 1.1}],
               "peak_memory_gib": 0.8, "first_step_seconds": 5.0, "split_plan_seconds": 0.7}
     targets = bench.check_targets(report)
     assert {key: (check["met"], check["reachable"]) for key, check in targets.items() if "bound" in check} == {
         "ceiling_share@2": (False, False),  # 0.8 wanted; even step_only reached 0.65
         "vs_tutorial@2": (True, True),
         "vs_keras_fit@2": (False, True),  # missed, but step_only shows a loop could get there
+        # QA: "out of reach for any loop" where distcore itself beat step_only (disturbed by other load)
+        "ceiling_share@4": (False, None), "vs_tutorial@4": (True, True), "vs_keras_fit@4": (False, None),
     }
+    assert "no bound" in targets["vs_keras_fit@4"]["note"]
     assert targets["peak_memory_gib"] == {"value": 0.8, "target": "< 1.5", "met": True}
 
 
@@ -164,4 +170,21 @@ def test_a_stopped_bench_leaves_no_worker_and_no_file_behind(tmp_path, sig):
     assert stderr.splitlines()[-1] == f"stopped ({sig.name}).", stderr[-2000:]  # (it said "Ctrl-C")
     alive = lambda pid: status(pid) and "State:\tZ" not in status(pid)  # noqa: E731 (a zombie is gone)
     assert not any(alive(pid) for pid in children)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_stop_while_a_one_off_worker_measures_leaves_no_file_behind(tmp_path):
+    # QA: a stop while the ceiling worker ran (subprocess.run, which kills its child at once)
+    # left that worker's autograph file in TMPDIR, 2 times in 4.
+    from conftest import wait_for
+
+    args = ["bench", "--replicas", "1", "--steps", "4", "--repeats", "1", "--warmup", "2", "--quick", "--json"]
+    proc = subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    ceiling = lambda: subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "bench --worker ceiling"],  # noqa: E731
+                                     capture_output=True, text=True).stdout.split()
+    assert wait_for(lambda: ceiling() and list(tmp_path.glob("__autograph_generated_file*")), timeout=180, poll=0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 143 and stderr.splitlines()[-1] == "stopped (SIGTERM).", stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == []
