@@ -69,6 +69,10 @@ def parse_tf_config(text: str | None) -> Task:
     task = spec.get("task") if isinstance(spec, dict) else None
     if not isinstance(cluster, dict) or not isinstance(task, dict):
         raise DistcoreError('TF_CONFIG must hold {"cluster": {"worker": [...]}, "task": {"type": "worker", "index": i}}.')
+    for job in ("chief", "worker"):  # a string's characters were listed as addresses (QA)
+        if job in cluster and not isinstance(cluster[job], list):
+            raise DistcoreError(f'TF_CONFIG cluster.{job} must be a JSON list of "host:port" strings, e.g. '
+                                f'["hostA:2222", "hostB:2222"]; got {json.dumps(cluster[job])}.')
     if set(cluster) - {"worker", "chief"} or not cluster.get("worker"):
         raise DistcoreError(f"TF_CONFIG cluster must list workers (and optionally one chief); got job types {sorted(cluster)}.")
     addresses = list(cluster.get("chief", [])) + list(cluster["worker"])

@@ -41,6 +41,12 @@ def worker_split(policy, files, examples=12, batch=4, api="dataset", drop=False)
     ('{"cluster": {"worker": ["a:1", "b:70000"]}, "task": {"type": "worker", "index": 0}}', "no valid port"),
     ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": "1"}}',
      "task index '1' must be a whole number \\(0 for the first worker\\), written without quotes"),
+    ('{"cluster": {"worker": "a:1,b:2"}, "task": {"type": "worker", "index": 0}}',
+     'cluster.worker must be a JSON list of "host:port" strings, e.g. .*; got "a:1,b:2"'),
+    ('{"cluster": {"worker": 5}, "task": {"type": "worker", "index": 0}}', "cluster.worker must be a JSON list"),
+    ('{"cluster": {"worker": {"a": 1}}, "task": {"type": "worker", "index": 0}}', "cluster.worker must be a JSON list"),
+    ('{"cluster": {"chief": "a:1", "worker": ["b:2"]}, "task": {"type": "worker", "index": 0}}',
+     "cluster.chief must be a JSON list"),
 ])
 def test_malformed_tf_config_is_refused_clearly(text, message):
     with pytest.raises(DistcoreError, match=message):
