@@ -367,14 +367,14 @@ def train_config(args, resumed: TrainConfig | None = None) -> TrainConfig:
 def cmd_train(args) -> int:
     from .stopping import StopFlag
 
-    if args.multi_worker:
-        refuse_device_flags(args, "--multi-worker",
-                            "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
     # A resume is checked before this process claims the run, so a refusal leaves its status as it was.
     # It may change the number of worker processes (a cluster's run resumed by one process, or back).
     # Until the Controller connects, a worker's peers wait for it however it fails: say so.
     unconnected = cluster.peers_wait if args.multi_worker else (lambda err: err)
     try:
+        if args.multi_worker:  # (--replicas 4 was refused without that note, QA)
+            refuse_device_flags(args, "--multi-worker",
+                                "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
         task = cluster.current_task() if args.multi_worker else cluster.Task(workers=1, index=0)
         changes = {**train_flags(args), "workers": task.workers}
         if args.multi_worker:  # not the saved run's devices times the workers; train_config checks this worker's own

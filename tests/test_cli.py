@@ -54,12 +54,15 @@ def test_replicas_are_refused_with_workers_and_the_message_says_what_to_use():
         "error: --replicas 4 does not apply with --workers 2: each worker process has its own devices "
         "(MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop --replicas; "
         "for 4 replicas on CPU use --workers 4.")
+    # A worker refused before it connects says its peers wait for it, as every other such refusal does (QA).
     result = cli("train", "--multi-worker", "--run-dir", "/tmp/x", "--devices", "cpu:0,cpu:1")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: --devices cpu:0,cpu:1 does not apply with --multi-worker: each worker process has its own "
         "devices (MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop --devices; "
-        "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs.")
+        f"on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs. {cluster.PEERS_WAIT}")
+    result = cli("train", "--multi-worker", "--run-dir", "/tmp/x", "--replicas", "4")
+    assert result.returncode == 2 and result.stderr.strip().endswith(f"R GPUs. {cluster.PEERS_WAIT}")
 
 
 def start_train(run_dir, stdout=subprocess.PIPE):
