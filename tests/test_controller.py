@@ -336,6 +336,17 @@ def test_a_failure_message_gives_tensorflows_reason_not_its_stack():
     assert "\n" not in message and "File " not in message
     assert failure_message(DistcoreError("said for people")) == "said for people"
     assert failure_message(OSError("the disk went away")) == "OSError: the disk went away"
+    # TensorFlow's internal node name before the reason is left out (QA); status.json's detail keeps it.
+    node = ("{{function_node __wrapped__CollectiveReduceV2_Nordering_token_1_device_/job:worker/replica:0/task:0/"
+            "device:CPU:0}} Collective ops is aborted by: Error reported from /job:worker/task:1: The following "
+            "tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have "
+            "crashed. [Op:CollectiveReduceV2] name: ")  # (TensorFlow 2.21's text, shortened)
+    assert failure_message(tf.errors.UnavailableError(None, None, node)) == (
+        "UnavailableError: Collective ops is aborted by: Error reported from /job:worker/task:1: The following "
+        "tasks are unhealthy (stopped sending heartbeats)")
+    assert failure_message(tf.errors.InternalError(None, None, "{{function_node __inference_<lambda>_105}} "
+                                                   "Collective ops is aborted by: joining a group")) == (
+        "InternalError: Collective ops is aborted by: joining a group")
 
 
 def test_a_resume_with_nothing_left_to_train_is_refused(uninterrupted):
