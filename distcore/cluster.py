@@ -174,6 +174,10 @@ def disagreement(fields: dict, rows, replicas_per_worker: int = 1) -> str | None
     return "; ".join(problems) + ". Start every worker with the same flags (and --resume on all of them or none)."
 
 
+class FlagsDiffer(DistcoreError):
+    """Workers given different flags, found once they connected: nothing was trained."""
+
+
 def free_ports(count: int) -> list[int]:
     """Ports the OS reports free on loopback, all held open together so they differ."""
     sockets = []

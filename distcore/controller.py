@@ -119,8 +119,10 @@ class Controller:
         the next try needs it, and return what to raise."""
         if isinstance(err, DistcoreError) and self.config.workers > 1 and not hasattr(self, "strategy"):
             err = cluster.peers_wait(err)  # not connected yet
-        if resume and (isinstance(err, KeyboardInterrupt) or not self.wrote_config):
-            self.put_back()  # nothing changed: a finished run was marked "failed", or "stopped" at 938 of 1876
+        # Refused before anything changed: a finished run was marked "failed", or "stopped" at 938 of 1876,
+        # and by workers whose flags differ, "failed · 63 / 126" beside a config.json of 63 (QA).
+        if resume and (isinstance(err, (KeyboardInterrupt, cluster.FlagsDiffer)) or not self.wrote_config):
+            self.put_back()
             return err
         if not self.wrote_config:
             return err
@@ -224,7 +226,7 @@ class Controller:
             raise self.cluster_failure(err) from None
         problem = cluster.disagreement(fields, rows.tolist(), replicas_per_worker=len(self.config.devices))
         if problem:
-            raise DistcoreError(f"worker {self.task.index}: {problem}")
+            raise cluster.FlagsDiffer(f"worker {self.task.index}: {problem}")
 
     def cluster_failure(self, err: tf.errors.OpError) -> DistcoreError:
         return DistcoreError(f"worker {self.task.index}: the cluster lost a peer or a collective failed "

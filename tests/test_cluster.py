@@ -467,6 +467,21 @@ def test_bare_workers_given_different_flags_stop_before_training_and_say_what_di
     runs.check_new(run_dir)  # the same commands with the flags fixed start it: it held "a run" before
 
 
+def test_a_resume_by_bare_workers_given_different_flags_leaves_the_run_as_it_was(tmp_path):
+    # QA: a finished run read "failed · 63 / 126" beside its config.json of 63 steps, as no other
+    # refused resume leaves a run.
+    run_dir = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "distcore", "train", *BARE[2:], "--run-dir", str(run_dir), "--max-steps", "4"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    before = {name: (run_dir / name).read_text() for name in ("config.json", "status.json")}
+    configs = cluster.local_tf_configs(2)
+    procs = [start_bare_worker(configs[0], run_dir, "--resume"),
+             start_bare_worker(configs[1], run_dir, "--resume", "--max-steps", "8")]
+    codes = wait_all(procs)
+    assert codes == [2, 2] and "--max-steps 8 (worker 0: 10)" in procs[0].stderr.read()
+    assert {name: (run_dir / name).read_text() for name in before} == before
+
+
 def test_a_bare_worker_refused_before_it_connects_says_its_peers_wait_for_it(tmp_path):
     # Its peers wait in TensorFlow's start-up barrier with no end: it said only what was wrong.
     config = json.loads(cluster.local_tf_configs(2)[1])
