@@ -105,11 +105,28 @@ def run_path(run_dir) -> Path:
 
 
 def check_new(run_dir) -> None:
-    """A new run needs a directory that holds no run (checked before anything is launched)."""
+    """A new run needs a directory that holds no run (checked before anything is launched), or
+    one that never trained."""
     run_dir = run_path(run_dir)
-    if (run_dir / "config.json").exists() or list_checkpoints(run_dir):
+    if list_checkpoints(run_dir) or ((run_dir / "config.json").exists() and not never_trained(run_dir)):
         raise DistcoreError(f"{run_dir} already holds a run: resume it (--resume; resume=True in "
                             "Python), or pick another run directory.")
+
+
+def never_trained(run_dir) -> bool:
+    """Whether the run's config.json is all that a process left which ended before training: a
+    chief stopped (a second Ctrl-C) or killed while it waited for its peers. No metrics.jsonl
+    (written once all workers have connected), no checkpoint, and no other process of the run
+    alive. A new run may start there: the same command was told the folder "already holds a
+    run", while the other workers waited for it (QA)."""
+    run_dir = Path(run_dir)
+    if (run_dir / "metrics.jsonl").exists() or list_checkpoints(run_dir):
+        return False
+    ours = (os.getpid(), os.getppid())  # this process, and a `cluster` launcher that announced it
+    holder, status = lock_holder(run_dir), read_status(run_dir) or {}
+    if holder is not None and holder not in ours:  # a chief waiting for its peers holds the lock
+        return False
+    return not (status.get("state") in ACTIVE_STATES and status.get("pid") not in ours and pid_alive(status.get("pid")))
 
 
 class RunHeld(DistcoreError):

@@ -163,13 +163,14 @@ class StopFlag:
 
     def announce(self, resume: bool, total_steps: int | None = None) -> None:
         """Write a 'starting' status naming this process, so it can be stopped from now on
-        (not over another run's status: a new run into a used directory is refused later).
+        (not over another run's status: a new run into a used directory is refused later; one
+        whose run never trained is not, runs.never_trained).
         A resume keeps the step it resumes from, with its own total: the previous process's
         total read "starting · step 938 / 938" under a full bar until training began."""
         if self.run_dir is None or not self.run_dir.is_dir():
             return
         self.resuming = resume
-        if resume or not (self.run_dir / "config.json").exists():
+        if resume or not (self.run_dir / "config.json").exists() or runs.never_trained(self.run_dir):
             self.announced_over = runs.read_status(self.run_dir)
             status = self.announced_over or {}
             write_status(self.run_dir, {**status, "state": "starting", "pid": os.getpid(), "message": "",

@@ -381,6 +381,22 @@ def test_a_bare_worker_waiting_for_a_peer_that_never_comes_leaves_when_asked_twi
     assert connect_watchers(alone.pid) == []
 
 
+def test_a_chief_killed_while_it_waits_is_started_again_by_the_same_command(tmp_path):
+    # QA: its config.json stayed (SIGKILL, or a second Ctrl-C), so the same command said the folder
+    # "already holds a run", and every worker had to be restarted with --resume.
+    run_dir, configs = tmp_path / "run", cluster.local_tf_configs(2)
+    dead = start_bare_worker(configs[0], run_dir)
+    wait_until_waiting_for_peers(dead)
+    assert (run_dir / "config.json").is_file()
+    with pytest.raises(DistcoreError, match="already holds a run"):
+        runs.check_new(run_dir)  # not while it waits: it holds the run
+    dead.kill()
+    dead.wait()
+    procs = [start_bare_worker(configs[1], run_dir), start_bare_worker(configs[0], run_dir)]
+    assert wait_all(procs) == [0, 0], [p.stderr.read()[-2000:] for p in procs]
+    assert runs.read_status(run_dir)["state"] == "finished"
+
+
 def test_a_bare_worker_resuming_that_leaves_while_it_waits_leaves_the_run_as_it_was(tmp_path):
     # As a resume interrupted while it sets up (retest QA): it read "stopped before training
     # began" with the new total beside a config.json of the old one.

@@ -234,3 +234,27 @@ def test_a_read_only_filesystem_is_a_plain_error(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "unlink", read_only)
     with pytest.raises(DistcoreError, match=rf"^cannot write {tmp_path / 'status.json'}: Read-only file system\.$"):
         runs.write_json_atomic(tmp_path / "status.json", {"state": "starting"})
+
+
+def test_a_run_folder_that_never_trained_takes_a_new_run_and_one_that_did_does_not(tmp_path):
+    # A chief killed while it waited for its peers leaves only config.json (QA: the same command
+    # was told it "already holds a run"). Metrics, a checkpoint or a live process of the run keep it.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    runs.write_status(run_dir, {"state": "starting", "pid": int(gone)})
+    runs.check_new(run_dir)
+    with subprocess.Popen(["sleep", "60"]) as alive:
+        runs.write_status(run_dir, {"state": "starting", "pid": alive.pid})
+        with pytest.raises(DistcoreError, match="already holds a run"):
+            runs.check_new(run_dir)
+        alive.kill()
+    runs.write_status(run_dir, {"state": "stopped", "pid": int(gone)})
+    for trace in ("metrics.jsonl", "checkpoints/ckpt-5.index"):
+        (run_dir / trace).parent.mkdir(exist_ok=True)
+        (run_dir / trace).write_text("")
+        with pytest.raises(DistcoreError, match="already holds a run"):
+            runs.check_new(run_dir)
+        (run_dir / trace).unlink()
