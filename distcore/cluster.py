@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -324,8 +325,29 @@ def watch(procs, log_dir: Path, timeout: float | None) -> Outcome:
         return Outcome(codes, -1, f"the cluster did not finish within {timeout:.0f} s and was stopped", seconds)
     message = f"worker {failed} {describe_exit(codes[failed])}; the other workers were stopped."
     if codes[failed] > 0:  # it failed by itself: its last words say why
-        message += f" Its log ends: {tail(log_dir / f'worker-{failed}.log')}"
+        log = log_dir / f"worker-{failed}.log"
+        message += f" Its log ends: {tail(log)}"
+        # A worker that hangs (SIGSTOP, a frozen host) does not exit: the one that noticed does,
+        # and was the only one named (QA).
+        hung = [str(w) for w in unhealthy(log) if w != failed]
+        if hung:
+            message = (f"worker {', '.join(hung)} stopped responding (TensorFlow's heartbeats found it unhealthy), "
+                       f"so {message}")
     return Outcome(codes, failed, message, seconds)
+
+
+# TensorFlow's words, in a worker's log, for peers its coordination service lost:
+# "The following tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1"
+UNHEALTHY = re.compile(r"unhealthy \(stopped sending heartbeats\):\s*((?:/job:worker/replica:\d+/task:\d+\s*)+)")
+
+
+def unhealthy(log: Path) -> list[int]:
+    """The workers a worker's log says TensorFlow found unhealthy."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return []
+    return sorted({int(task) for block in UNHEALTHY.findall(text) for task in re.findall(r"task:(\d+)", block)})
 
 
 def first_failure(procs) -> int | None:

@@ -565,6 +565,34 @@ def test_a_worker_killed_by_a_signal_is_blamed_over_one_that_exited_after_it(tmp
     assert cluster.watch([Ended(0), Ended(2)], tmp_path, None).failed == 1
 
 
+class Hung(Ended):
+    """A worker that does not answer SIGTERM (stopped, or blocked in a collective) until killed."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def terminate(self):
+        pass
+
+    def kill(self):
+        self.returncode = -signal.SIGKILL
+
+
+def test_a_worker_that_stopped_responding_is_named_beside_the_one_that_exited(tmp_path, monkeypatch):
+    # QA: worker 1 stopped (SIGSTOP); worker 0 found it through TensorFlow's heartbeats and exited,
+    # and the launcher named only worker 0.
+    (tmp_path / "worker-0.log").write_text(
+        "E0000 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort UNAVAILABLE: Error reported "
+        "from /job:worker/task:1: The following tasks are unhealthy (stopped sending heartbeats):\n"
+        "/job:worker/replica:0/task:1\nThe tasks have crashed.\nerror: worker 0: the cluster lost a peer\n")
+    monkeypatch.setattr(cluster, "GRACE_SECONDS", 0.1)
+    outcome = cluster.watch([Ended(2), Hung()], tmp_path, None)
+    assert outcome.message.startswith("worker 1 stopped responding (TensorFlow's heartbeats found it unhealthy), "
+                                      "so worker 0 exited with status 2; the other workers were stopped.")
+    (tmp_path / "worker-0.log").write_text("error: worker 0: a reason of its own\n")
+    assert cluster.watch([Ended(2), Hung()], tmp_path, None).message.startswith("worker 0 exited with status 2")
+
+
 def tfjob_command(run_dir) -> str:
     """The TFJob pods' command (deploy/tfjob.yaml, a folded block), for this python and a short run."""
     folded = (ROOT / "deploy/tfjob.yaml").read_text().split("- >-\n", 1)[1].split("ports:", 1)[0]
