@@ -19,7 +19,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from . import runs
-from .config import DistcoreError
+from .config import DistcoreError, without_node_names
 
 
 class Saver:
@@ -66,7 +66,7 @@ def file_error(err: BaseException) -> str:
     ckpt-10_temp; Operation not permitted [Op:SaveV2]"."""
     if isinstance(err, OSError):
         return err.strerror or str(err)
-    text = re.sub(r"\{\{function_node [^}]*\}\}", "", getattr(err, "message", None) or str(err))
+    text = without_node_names(getattr(err, "message", None) or str(err))
     text = re.sub(r"\s*\[Op:[^\]]*\].*", "", text, flags=re.S).strip()
     text = text.splitlines()[0] if text else ""  # a summary writer adds "\tFailed to flush 11 events to ..."
     return text.rsplit("; ", 1)[-1].strip() or type(err).__name__  # TensorFlow writes "path; reason"

@@ -33,6 +33,15 @@ class DistcoreError(Exception):
     """An error the user caused; the message is for people, not a traceback."""
 
 
+NODE_NAME = re.compile(r"\{\{function_node [^}]*\}\}\s*")
+
+
+def without_node_names(text: str) -> str:
+    """TensorFlow's error text without the `{{function_node __wrapped__..._device_/job:...}}`
+    names of the ops that raised it, which say nothing to people."""
+    return NODE_NAME.sub("", text)
+
+
 _NAME = re.compile(r"^\s*/?(?:device:)?(cpu|gpu):(\d+)\s*$", re.IGNORECASE)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from . import checkpoints, cluster, data as data_lib, devices, events, inputs, runs, stopping
-from .config import DistcoreError, TrainConfig, data_folder
+from .config import DistcoreError, TrainConfig, data_folder, without_node_names
 from .loop import SUM, StepRunner
 from .stopping import StopFlag
 
@@ -597,17 +596,12 @@ def remaining_test_passes(config: TrainConfig, step: int, total: int) -> int:
     return count + (0 if last_counted or total <= step else 1)
 
 
-# "{{function_node __wrapped__CollectiveReduceV2_..._device_/job:worker/replica:0/task:0/device:CPU:0}} "
-# before a reason: the op's internal name, which says nothing to people (QA). The detail keeps it.
-FUNCTION_NODE = re.compile(r"\{\{function_node [^}]*\}\}\s*")
-
-
 def failure_message(err: BaseException) -> str:
     """One line for people. A TensorFlow op error that a tf.function raised opens with "Graph
     execution error:" and the Python stack that built the op; its reason comes after them."""
     if isinstance(err, DistcoreError):
         return str(err)
-    lines = [FUNCTION_NODE.sub("", line).strip() for line in str(err).splitlines()]
+    lines = [without_node_names(line).strip() for line in str(err).splitlines()]  # (the detail keeps them, QA)
     reasons = [line for line in lines if line and line != "Graph execution error:"
                and not line.startswith(("Detected at node", 'File "'))]
     return f"{type(err).__name__}: {(reasons or [''])[0]}".rstrip(": ")

@@ -15,7 +15,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from .config import DistcoreError, SplitConfig
+from .config import DistcoreError, SplitConfig, without_node_names
 
 # TensorFlow's C++ log lines worth showing next to a plan (the rest is start-up noise).
 _INTERESTING = ("shard", "autoshard", "partial", "rebatch", "fall back", "fallback")
@@ -268,7 +268,7 @@ def tf_message(err) -> str:
     """The first line of TensorFlow's error, without its internals: the op's `{{function_node ...}}`
     and the `goo.gle/debug...` link that stands for a debug dump."""
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    first = re.sub(r":?\s*goo\.gle/\S+", "", re.sub(r"\{\{function_node [^}]*\}\}\s*", "", first)).strip()
+    first = re.sub(r":?\s*goo\.gle/\S+", "", without_node_names(first)).strip()
     return shortened(first) or type(err).__name__
 
 

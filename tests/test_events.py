@@ -11,10 +11,16 @@ from distcore import events
 from distcore.config import DistcoreError
 
 
-def tensorboard_steps(folder, tag):
-    """The steps TensorBoard shows for `tag`, every event file of `folder` read in its order."""
+def read(folder):
+    """TensorBoard's reader of `folder`, every event file read in its order."""
     reader = event_accumulator.EventAccumulator(str(folder), size_guidance={event_accumulator.TENSORS: 0})
     reader.Reload()
+    return reader
+
+
+def tensorboard_steps(folder, tag):
+    """The steps TensorBoard shows for `tag`."""
+    reader = read(folder)
     return [e.step for e in reader.Tensors(tag)] if tag in reader.Tags()["tensors"] else []
 
 
@@ -78,8 +84,7 @@ def test_summaries_that_cannot_be_written_are_a_plain_error(tmp_path):
 
 def summaries(folder):
     """(tag, step, value, plugin name) of every summary TensorBoard reads in `folder`."""
-    reader = event_accumulator.EventAccumulator(str(folder), size_guidance={event_accumulator.TENSORS: 0})
-    reader.Reload()
+    reader = read(folder)
     return [(tag, e.step, float(tf.make_ndarray(e.tensor_proto)), reader.SummaryMetadata(tag).plugin_data.plugin_name)
             for tag in reader.Tags()["tensors"] for e in reader.Tensors(tag)]
 
