@@ -157,7 +157,7 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
         page.wait_for_timeout(500)
     assert loss_points(page) > first, "the loss plot stopped growing while training"
     # Following the run keeps the page's size: Gradio drops each plot it replaces without
-    # Plotly.purge, and a page grew by about 1,700 nodes every 10 s of training (QA).
+    # Plotly.purge, which would grow a page by about 1,700 nodes every 10 s of training.
     cdp = page.context.new_cdp_session(page)
     cdp.send("Performance.enable")
 
@@ -207,7 +207,7 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
         .map((el, i) => { if (i === 0) el.textContent = '✗ T-shirt/top → Ankle boot'; return el; })
         .filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.textContent)"""
     assert page.evaluate(captions_cut) == [], "captions cut off"
-    page.set_viewport_size({"width": 320, "height": 1000})  # WCAG's reflow width: "✗ Shirt → Pul…" (QA)
+    page.set_viewport_size({"width": 320, "height": 1000})  # WCAG's reflow width: no "✗ Shirt → Pul…"
     page.wait_for_timeout(500)
     assert page.evaluate(captions_cut) == [], "captions cut off at 320 px"
     page.set_viewport_size({"width": 1280, "height": 1000})
@@ -250,7 +250,7 @@ def test_a_runs_settings_fill_in_setup_and_outlive_a_reload(server, page, tmp_pa
     other.mkdir()
     (other / "config.json").write_text((run / "config.json").read_text())
     page.reload()  # kept in this browser, as typed values are
-    # The page comes back on the tab it was on (after an app restart it came back on tab 1).
+    # The page comes back on the tab it was on, after an app restart too (not on tab 1).
     expect(page.get_by_role("tab", name="2 · Train")).to_have_attribute("aria-selected", "true", timeout=30_000)
     expect(page.get_by_role("combobox", name="Run to follow")).to_have_value(re.compile("^saved "), timeout=30_000)
     page.get_by_role("tab", name="3 · Evaluate").click()  # which follows the run Train follows
@@ -282,9 +282,9 @@ def test_evaluate_opened_first_follows_a_new_run(server, page, tmp_path):
 
 
 def test_errors_read_in_dark_mode_and_answers_are_announced(server, page):
-    # Accessibility QA: in the dark theme an error's bold text turned light on the light box
-    # (1.01:1); no answer to a button was a live region; the log box, disabled, took no focus;
-    # Plotly's toolbar was 10 Tab stops a plot.
+    # Accessibility: in the dark theme an error's bold text stays dark on the light box (light,
+    # it is 1.01:1); each answer to a button is a live region; the log box takes focus; Plotly's
+    # toolbar is not 10 Tab stops a plot.
     page.goto(server.rstrip("/") + "/?__theme=dark")
     page.get_by_label("Global batch size").fill("")
     page.get_by_label("Global batch size").press("Tab")

@@ -156,7 +156,7 @@ def run_concurrently(fn, args_list):
 
 
 def train_form(epochs=20, max_steps=0, replicas=2):
-    """The Start training inputs after the run name (app._train_form order): tiny runs."""
+    """The Start training inputs after the run name (distcore.forms.TRAIN_FORM order): tiny runs."""
     return [replicas, [], 64, "auto", "dataset", "mlp", "adam", 0.001, epochs, max_steps, 8, 0, 0,
             512, 100, False, 1]
 
@@ -197,8 +197,8 @@ def check_split(n, g, r, result):
 
 
 def test_a_device_count_sent_as_view_api_lists_it_is_taken(server):
-    # view_api lists a Radio's choices as text, Literal['1', ..., '16']; "3" was refused as
-    # "not in the list of choices", so only a script that guessed ints got anywhere.
+    # view_api lists a Radio's choices as text, Literal['1', ..., '16']: "3" is taken, not refused
+    # as "not in the list of choices", which only a script that guessed ints would get past.
     url, _, _ = server
     c = client(url)
     count = c.view_api(return_format="dict", print_info=False)["named_endpoints"]["/show_split"]["parameters"][4]
@@ -207,7 +207,7 @@ def test_a_device_count_sent_as_view_api_lists_it_is_taken(server):
         summary = c.predict("toy", 6, 60000, 6, sent, [], "auto", "dataset", False, 0, 1, api_name="/show_split")[1]
         assert summary.startswith("**6 examples → 1 global batch of 6 on 3 replicas"), summary
     # Also once an event has updated the device choice: Gradio then rebuilds this session's
-    # copy of the component from its arguments (a fix on the first instance was lost there).
+    # copy of the component from its arguments (a fix on the first instance alone is lost there).
     c.predict(1, api_name="/devices_in_use")
     summary = c.predict("toy", 6, 60000, 6, "3", [], "auto", "dataset", False, 0, 1, api_name="/show_split")[1]
     assert summary.startswith("**6 examples → 1 global batch of 6 on 3 replicas"), summary
@@ -410,8 +410,8 @@ def test_start_stop_cycles_leave_memory_threads_and_processes_as_they_were(serve
 # ---------------------------------------------------------------- docker stop
 
 def test_sigterm_stops_the_apps_own_runs_with_a_checkpoint_before_it_leaves(tmp_path):
-    # `docker stop` (QA): the app, PID 1, ignored the SIGTERM; after the grace period everything
-    # in the container was killed, its runs' steps since their last checkpoint lost.
+    # `docker stop`: the app, PID 1, answers the SIGTERM; ignored, after the grace period everything
+    # in the container would be killed, its runs' steps since their last checkpoint lost.
     with open(tmp_path / "app.log", "wb") as log:
         app, url, root = start_app(tmp_path, log)
         cli = subprocess.Popen([sys.executable, "-m", "distcore", "train", "--run-dir", str(root / "by-cli"),
@@ -463,11 +463,11 @@ def test_a_port_in_use_ends_with_one_plain_line(tmp_path):
     ({"DISTCORE_RUNS_DIR": "{tmp}/a-file/runs"},
      "error: cannot make the runs folder {tmp}/a-file/runs (Not a directory); set DISTCORE_RUNS_DIR to a folder "
      "you can write."),
-    ({"DISTCORE_RUNS_DIR": "{tmp}/a-file"},  # it said "(File exists)"
+    ({"DISTCORE_RUNS_DIR": "{tmp}/a-file"},  # "it is a file", not "(File exists)"
      "error: cannot make the runs folder {tmp}/a-file (it is a file); set DISTCORE_RUNS_DIR to a folder you can write."),
 ])
 def test_a_bad_app_setting_ends_with_one_plain_line(tmp_path, setting, expected):
-    # They ended in a traceback, the runs folder's after the slow device detection.
+    # Each ends in one plain line, not a traceback.
     (tmp_path / "a-file").write_text("")
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))

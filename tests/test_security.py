@@ -62,6 +62,7 @@ def get(url):
 @pytest.mark.parametrize("path", [
     ".env", "secret.txt", "../secret.txt", "runs/../secret.txt", "../../etc/passwd", "/etc/passwd",
     "..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "....//....//etc/passwd", "app.py",
+    str(ROOT / "webapp" / "hosting.py"), str(ROOT / "webapp" / "static" / "app.js"),
 ])
 def test_files_outside_the_app_are_refused(app, path):
     url, home, _ = app
@@ -91,5 +92,6 @@ def test_gradio_is_pinned_past_every_published_path_traversal_fix():
 
 
 def test_the_app_never_widens_file_access():
-    source = (ROOT / "app.py").read_text()
-    assert "allowed_paths" not in source and "set_static_paths" not in source
+    for path in [ROOT / "app.py", *sorted((ROOT / "webapp").rglob("*.py"))]:
+        source = path.read_text()
+        assert "allowed_paths" not in source and "set_static_paths" not in source, path

@@ -1,0 +1,111 @@
+"""Which run and checkpoint a page follows, and evaluating a checkpoint a live run may prune.
+
+A page with no run of its own follows a running job, else the newest run that trained, else
+the newest run; its Evaluate pickers keep what the user picked, else follow that run and its
+newest checkpoint. Runs are read from the runs folder only (see jobs.run_dirs). No TensorFlow.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import jobs, runs
+from .config import DistcoreError
+
+
+def existing_run(runs_root, name) -> Path:
+    """The folder of an existing run picked by name; DistcoreError for anything else."""
+    if not name:
+        raise DistcoreError("choose a run first.")
+    run_dir = runs.safe_run_dir(runs_root, name)
+    if not run_dir.is_dir():
+        raise DistcoreError(f"there is no run named {name!r}.")
+    return run_dir
+
+
+def run_names(runs_root) -> list[str]:
+    """Runs with a config.json, plus runs launched from the app that have none (still starting,
+    or stopped before training began), newest launch first: one order for all, so a run stopped
+    before it began is not pinned first."""
+    return [p.name for p in jobs.newest_first(jobs.run_dirs(runs_root))]
+
+
+def run_label(runs_root, name: str) -> str:
+    """'name (state)', the state as the status line shows it."""
+    return f"{name} ({jobs.run_state(Path(runs_root) / name)})"
+
+
+def run_labels(runs_root) -> list[tuple[str, str]]:
+    """(label with state, name) for each run, newest first: the run pickers' choices."""
+    return [(run_label(runs_root, n), n) for n in run_names(runs_root)]
+
+
+def default_run(runs_root, labels=None):
+    """What a fresh page follows: a running job if any, else the newest run that trained
+    (has a config.json: one stopped before it began has nothing to show or evaluate), else
+    the newest. `labels` are run_labels already read (no second listing); only a run whose
+    label says it trains is checked for a live process."""
+    root = Path(runs_root)
+    labels = run_labels(root) if labels is None else labels
+    names = [name for _, name in labels]
+    training = (name for label, name in labels
+                if label.endswith(tuple(f"({s})" for s in runs.ACTIVE_STATES))
+                and jobs.is_active(root / name))
+    trained = (name for name in names if (root / name / "config.json").is_file())
+    return next(training, next(trained, names[0] if names else None))
+
+
+def page_run(runs_root, kept, labels) -> str | None:
+    """The run a page opened (or reloaded) follows: the one its browser kept, if it is still
+    listed, else a fresh page's (default_run)."""
+    return kept if kept in [name for _, name in labels] else default_run(runs_root, labels)
+
+
+def checkpoint_names(runs_root, name) -> list[str]:
+    """A run's checkpoints, oldest first; none for no run or a name that is no run."""
+    try:
+        return runs.list_checkpoints(runs.safe_run_dir(runs_root, name)) if name else []
+    except DistcoreError:
+        return []
+
+
+def evaluate_picks(runs_root, labels, run, checkpoint, chosen=None, followed=None) -> tuple:
+    """(run, its checkpoints, checkpoint) the Evaluate pickers show. What the user picked
+    (`chosen`: [run, checkpoint or None]) stays picked while it exists. Otherwise they follow
+    the run the page follows on 2 · Train (`followed`), else a fresh page's run, and its
+    newest checkpoint."""
+    chosen_run, chosen_checkpoint = chosen or (None, None)
+    keep_run = bool(run) and run == chosen_run
+    listed = [name for _, name in labels]
+    picked = run if keep_run else followed if followed in listed else default_run(runs_root, labels)
+    ckpts = checkpoint_names(runs_root, picked)
+    keep_checkpoint = keep_run and checkpoint == chosen_checkpoint and checkpoint in ckpts
+    return picked, ckpts, checkpoint if keep_checkpoint else (ckpts[-1] if ckpts else None)
+
+
+def pruned_while_training(run_dir: Path, checkpoint: str) -> bool:
+    """Whether `checkpoint` is gone because the run, still training and keeping only its newest
+    few (--keep-checkpoints), deleted it for a newer one."""
+    saved = runs.list_checkpoints(run_dir)
+    keeps = (runs.read_json(run_dir / "config.json") or {}).get("keep_checkpoints")
+    return (bool(saved) and checkpoint not in saved and bool(keeps) and jobs.is_active(run_dir)
+            and runs.checkpoint_step(checkpoint) < runs.checkpoint_step(saved[-1]))
+
+
+def evaluate_or_newest(run_dir: Path, checkpoint: str, saved: list[str], args: list[str],
+                       timeout: float = 900) -> dict:
+    """`distcore evaluate` (`args`) of `checkpoint`, or, when a run still training has deleted it
+    meanwhile, of the newest, with a note saying so. `saved`: the run's checkpoints as listed a
+    moment before. A run keeping 1 to 3 checkpoints usually deletes the one a picker named
+    before an evaluation has loaded it, so the newest stands in for it."""
+    try:
+        if checkpoint not in saved:
+            raise DistcoreError(runs.missing_checkpoint(run_dir, checkpoint, saved))
+        return jobs.run_cli_json(args + ["--checkpoint", checkpoint], timeout=timeout)
+    except DistcoreError:
+        if not pruned_while_training(run_dir, checkpoint):
+            raise
+    result = jobs.run_cli_json(args, timeout=timeout)  # the newest when it is read
+    deleted = (f"{checkpoint} was deleted by the run, which is still training and keeps only its newest "
+               f"checkpoints; this is the newest, {result.get('checkpoint')}.")
+    result["note"] = " ".join(filter(None, [deleted, result.get("note")]))
+    return result

@@ -1,0 +1,242 @@
+"""2 · Train: start, stop and resume runs, copy a run's settings into Setup, export a run.
+
+The form becomes a TrainConfig and a command line in distcore.forms; the job limit is
+distcore.joblimit's; the resume rules are TrainConfig's (forms.check_same_setup words them).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+
+import gradio as gr
+
+from distcore import explain, forms, joblimit, jobs, plots, runs
+from distcore.config import DistcoreError
+
+from . import watch
+from .format import error_md
+from .hosting import gradio_room
+from .settings import AppSettings
+from .setup import LIVE, train_form
+
+REPEAT_SECONDS = 5  # a second Start with an empty name and the same form this soon is the same click
+CONFIRM_SECONDS = 10  # a second Stop this soon stops a run this page did not start
+
+
+def start_run(settings: AppSettings, lock, run_name, *form):
+    """Start a training run in the background. Returns (message, run dropdown update)."""
+    try:
+        name = runs.check_name(run_name) if run_name else None
+        cfg = forms.train_config(settings.gpus, *form)
+        # The limit check and the launch do not interleave, between this app's sessions (lock)
+        # or with other apps on the same runs folder (joblimit's lock file).
+        with lock, joblimit.slot(settings.runs_root, settings.max_jobs):
+            name = name or runs.claim_new_name(settings.runs_root)
+            pid = jobs.start_training(settings.runs_root, name, forms.train_args(cfg), workers=cfg.workers)
+    except DistcoreError as e:
+        return error_md(e), gr.skip()
+    where = f"{cfg.workers} worker processes" if cfg.workers > 1 else ", ".join(cfg.devices)
+    msg = (f"Started **{name}** (process {pid}) on {where}; "
+           f"{cfg.total_steps()} steps. It runs in the background: you can close this page.")
+    return msg, watch.run_dropdown(settings, name)
+
+
+def start_click(settings: AppSettings, lock, recent, run_name, *form):
+    """The Start button: start_run, except that a repeat click (empty name, same form, within
+    REPEAT_SECONDS of this session's last start) starts nothing. Returns start_run's outputs
+    and this session's last start (gr.State)."""
+    now = time.time()
+    if (not run_name and recent and recent["form"] == list(form)
+            and now - recent["time"] < REPEAT_SECONDS):
+        return (f"Already started **{recent['name']}** {now - recent['time']:.0f} s ago with these "
+                "settings; this click started nothing.", gr.skip(), recent)
+    message, dropdown = start_run(settings, lock, run_name, *form)
+    if isinstance(dropdown, dict) and dropdown.get("value") and not run_name:
+        recent = {"name": dropdown["value"], "form": list(form), "time": now}
+    return message, dropdown, recent
+
+
+def claiming(settings: AppSettings, handler):
+    """A Start or Resume handler that also keeps, in this session's list `mine` (its first
+    argument, returned last), the run it started (the run picker's new value) with the process
+    it started: [name, pid]. A claim names the process, so it ends with that process: a later
+    resume of the run, by another user or the CLI, is not this page's."""
+    def claim(mine, *args):
+        out = handler(*args)
+        started = out[1].get("value") if isinstance(out[1], dict) else None  # gr.skip(): nothing started
+        if not started:
+            return (*out, mine)
+        return (*out, [*(mine or []), [started, jobs.launched_pid(runs.safe_run_dir(settings.runs_root, started))]])
+    return claim
+
+
+def stop_click(settings: AppSettings, mine, armed, name):
+    """Stop training: at once for a run this page started or resumed, while that process
+    trains it; any other asks for a second click within CONFIRM_SECONDS, since a fresh page
+    follows the newest running run, which may be another user's. Returns (message, armed)."""
+    now = time.time()
+    confirmed = bool(armed) and armed["name"] == name and now - armed["time"] < CONFIRM_SECONDS
+    if confirmed or name not in jobs.active_runs(settings.runs_root) or started_here(settings, mine, name):
+        return stop_run(settings, name), None
+    return (f"**{name}** was not started from this page: it may be another user's run. To stop it, "
+            f"press **Stop training** again within {CONFIRM_SECONDS} s.", {"name": name, "time": now})
+
+
+def started_here(settings: AppSettings, mine, name) -> bool:
+    """Whether the process now training run `name` is one this page started."""
+    try:
+        pid = jobs.job_pid(runs.safe_run_dir(settings.runs_root, name))
+    except DistcoreError:
+        return False
+    return pid is not None and [name, pid] in (mine or [])
+
+
+def stop_run(settings: AppSettings, name) -> str:
+    try:
+        run_dir = watch.run_dir_of(settings, name)
+        if not jobs.stop_training(run_dir):
+            return error_md(f"run {name!r} is not training, so there is nothing to stop.")
+    except DistcoreError as e:
+        return error_md(e)
+    if (runs.read_status(run_dir) or {}).get("state") != "running":
+        return explain.before_training_stop(name, runs.list_checkpoints(run_dir))
+    return f"Stopping **{name}**: {explain.stop_point(runs.shown_config(run_dir)[0])}"
+
+
+def resume_run(settings: AppSettings, lock, name, *form):
+    """Continue a run from its latest checkpoint with the Setup form's resumable fields
+    (forms.FORM_RESUMABLE: a max steps of 0 or empty lifts the limit). A form that differs from
+    the run in any other field is refused before any process starts, so a resume never quietly
+    trains with settings other than the ones the form shows."""
+    try:
+        run_dir = watch.run_dir_of(settings, name)
+        saved = runs.saved_config(run_dir)
+        wanted = forms.resumed_config(run_dir.name, saved, forms.train_config(settings.gpus, *form))
+        runs.resume_config(run_dir, forms.resumable_values(wanted))  # as the CLI checks it
+        # A run still training is refused before the job limit, which counts its process too.
+        with lock, joblimit.slot(settings.runs_root, settings.max_jobs, busy=run_dir):
+            pid = jobs.start_training(settings.runs_root, run_dir.name, forms.resume_args(wanted),
+                                      resume=True, workers=wanted.workers)
+    except (DistcoreError, ValueError) as e:
+        return error_md(e), gr.skip()
+    saved_ones = runs.list_checkpoints(run_dir)
+    where = f"from {saved_ones[-1]}" if saved_ones else "from step 0 (it has no checkpoint yet)"
+    changed = forms.resume_changes(saved, wanted)
+    changes = f", with {', '.join(changed)}" if changed else ""
+    return (f"Resuming **{run_dir.name}** {where}{changes}; {wanted.total_steps()} steps in all (process {pid}).",
+            watch.run_dropdown(settings, run_dir.name))
+
+
+def form_devices(settings: AppSettings, devices) -> tuple:
+    """(count, boxes) updates that select a run's devices, or (None, None) when this app
+    cannot offer them (a run on GPUs this machine lacks, more logical CPUs than it allows)."""
+    devices = list(devices or ())
+    if settings.gpus:
+        offered = [*settings.gpus, "cpu:0"]
+        return (gr.skip(), devices) if devices and all(d in offered for d in devices) else (None, None)
+    if devices == [f"cpu:{i}" for i in range(len(devices))] and 0 < len(devices) <= settings.max_logical_cpus:
+        return len(devices), gr.skip()
+    return None, None
+
+
+def load_run_settings(settings: AppSettings, name):
+    """The "Use its settings in Setup" button: (message, the Setup form's fields in
+    forms.TRAIN_FORM order) filled in from the run's config.json, so that Resume is not refused
+    for a field that differs, and a new run can start from a copy."""
+    try:
+        run_dir = watch.run_dir_of(settings, name)
+        cfg = runs.saved_config(run_dir)
+    except (DistcoreError, ValueError) as e:
+        return error_md(e), *[gr.skip()] * len(forms.TRAIN_FORM)
+    count, boxes = form_devices(settings, cfg.devices) if cfg.workers == 1 else (gr.skip(), gr.skip())
+    notes = [] if count is not None else [f"its devices ({forms.shown('devices', cfg.devices)}) are not offered "
+                                          "here, so the device choice is unchanged"]
+    if cfg.l2:
+        notes.append(f"its L2 weight ({cfg.l2}) has no field here; Resume keeps it, a new run trains without it")
+    values = forms.form_values(cfg)
+    fields = [gr.skip() if count is None else count, gr.skip() if boxes is None else boxes,
+              *(values[key] for key, _ in forms.TRAIN_FORM[2:])]
+    extra = f" Note: {'; '.join(notes)}." if notes else ""
+    return (f"**1 · Setup & split** now holds run **{run_dir.name}**'s settings. Raise Epochs or Max steps "
+            f"there and press **Resume** to continue it, or give a new name and **Start training** for a copy."
+            f"{extra}", *fields)
+
+
+def export_run(settings: AppSettings, name):
+    """Write the run's metrics CSV and a copy of config.json to a fresh temp folder."""
+    try:
+        run_dir = watch.run_dir_of(settings, name)
+        runs.read_config(run_dir)
+        out = runs.export_folder()
+        csv_path = plots.metrics_csv(runs.read_metrics(run_dir), out / f"{run_dir.name}-metrics.csv")
+        config_path = out / f"{run_dir.name}-config.json"
+        shutil.copyfile(run_dir / "config.json", config_path)
+        full = gradio_room(csv_path.stat().st_size + config_path.stat().st_size)
+    except OSError as e:  # a full temporary folder, said in place of Gradio's bare "Error"
+        return None, error_md(f"cannot write the export in {tempfile.gettempdir()}: {e.strerror or e}.")
+    except DistcoreError as e:
+        return None, error_md(e)
+    if full:
+        return None, error_md(f"cannot hand the export to the browser: {full}")
+    return [str(csv_path), str(config_path)], f"Exported **{run_dir.name}**: metrics CSV and config.json."
+
+
+def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> dict:
+    """The tab's layout and events; returns its components by name."""
+    ui = {}
+    gr.Markdown("Training runs in its own process and keeps going if you close the page. "
+                "**Stop training** stops at the end of the current loop of *Steps per loop* steps "
+                "(with worker processes, once they agree: at most one loop later) and saves a checkpoint; "
+                "**Resume** continues the selected run from its latest checkpoint with the epochs, max "
+                "steps (0 = no limit), steps per loop, checkpoint interval, checkpoints kept, devices and "
+                "worker processes set in **1 · Setup & split**; its other fields there must match the run's "
+                "(**Use its settings in Setup** copies them from the run).")
+    with gr.Row():
+        ui["name"] = gr.Textbox(label="New run name", placeholder="empty = run-DATE-TIME",
+                                info="ASCII letters, digits, _ . - only", scale=2)
+        start = gr.Button("Start training", variant="primary", scale=1)
+        stop = gr.Button("Stop training", variant="stop", scale=1)
+        resume = gr.Button("Resume", scale=1)
+    ui["message"] = gr.Markdown(elem_classes=LIVE)
+    with gr.Row(equal_height=True):
+        # allow_custom_value: after an app restart an open page's timer sends the run it shows,
+        # which the new server's (still empty) choices would refuse with an error popup.
+        ui["run"] = gr.Dropdown(choices=[], value=None, label="Run to follow", scale=4, allow_custom_value=True)
+        refresh = gr.Button("↻ Refresh runs", scale=1)
+        ui["use_settings"] = gr.Button("Use its settings in Setup", scale=1)
+    ui["status"] = gr.Markdown("No run selected yet.")
+    # No labels: the figures have titles, and on a phone a label covers the plot's toolbar.
+    ui["loss_plot"] = gr.Plot(label="Training loss per step", show_label=False, elem_id="dc-loss-plot")
+    ui["epoch_plot"] = gr.Plot(label="Loss and accuracy per epoch", show_label=False)
+    # Tall enough for all of log_text (2 x 12 lines and 2 headings): the newest lines are at the
+    # bottom of each part, and a box that scrolls opens at its top, hiding them.
+    ui["logs"] = gr.Textbox(label="Latest log lines", lines=8, max_lines=26, elem_id="dc-logs",
+                            interactive=False)
+    with gr.Accordion("Download this run", open=False):
+        export = gr.Button("Export metrics CSV + config.json")
+        ui["files"] = gr.File(label="Files", file_count="multiple", interactive=False)
+        ui["export_msg"] = gr.Markdown(elem_classes=LIVE)
+    sig = gr.State(None)  # per session: what the plots currently show
+    view = [ui["status"], ui["loss_plot"], ui["epoch_plot"], ui["logs"]]
+    # Explicit api_names: stable endpoints for gradio_client (tests/test_many_users.py).
+    recent = gr.State(None)  # per session: its last start with an empty name (start_click)
+    mine = gr.State([])  # per session: the runs it started or resumed (claiming)
+    armed = gr.State(None)  # per session: a Stop of another run, waiting for its second click
+    start.click(claiming(settings, bind(start_click, settings, lock)), [mine, recent, ui["name"], *train_form(setup)],
+                [ui["message"], ui["run"], recent, mine], api_name="start_run")
+    stop.click(bind(stop_click, settings), [mine, armed, ui["run"]], [ui["message"], armed], api_name="stop_run")
+    resume.click(claiming(settings, bind(resume_run, settings, lock)), [mine, ui["run"], *train_form(setup)],
+                 [ui["message"], ui["run"], mine], api_name="resume_run")
+    refresh.click(lambda name: watch.run_dropdown(settings, name), ui["run"], ui["run"],
+                  api_name="refresh_runs")
+    ui["run"].change(bind(watch.run_view, settings), ui["run"], view, api_name="run_view")
+    # Another run followed, or this one started again: its exported files are no longer "this run".
+    for changed in (ui["run"].change, start.click, resume.click):
+        changed(lambda: (None, ""), None, [ui["files"], ui["export_msg"]], show_progress="hidden")
+    timer.tick(bind(watch.poll_run, settings), [ui["run"], sig], [*view, sig],
+               show_progress="hidden", concurrency_limit=8, api_name="poll_run")
+    ui["labels"] = gr.State(None)  # per session: the run picker's labels (polled with Evaluate's, poll_lists)
+    export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]],
+                 api_name="export_run")
+    return ui
