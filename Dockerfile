@@ -1,5 +1,6 @@
 # The same recipe as the tested set-up (scripts/setup.sh): Debian's Fashion-MNIST
-# package, a virtual environment at .venv, the pinned requirements, then the app.
+# package, a virtual environment at .venv, the pinned requirements, distcore itself
+# (editable, as setup.sh installs it), then the app.
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
@@ -11,6 +12,7 @@ COPY requirements.txt .
 RUN python -m venv .venv && .venv/bin/python -m pip install --no-cache-dir --upgrade pip \
  && .venv/bin/python -m pip install --no-cache-dir -r requirements.txt
 COPY . .
+RUN .venv/bin/python -m pip install --no-cache-dir --no-deps -e .
 
 # Containers (and Hugging Face Spaces) must listen on all interfaces; a local
 # `python app.py` keeps the loopback default. The FILE policy's TFRecord cache goes where

@@ -22,10 +22,49 @@ Modules, one idea each:
   jobs         background training processes and the planner service (for the app)
   plots        plotly figures from plain data
   bench        `python -m distcore bench`: throughput against the tutorial and Keras fit
-  cli          `python -m distcore`
+  cli          `python -m distcore` and the `distcore` command
+  settings     every environment variable distcore reads: name, default, meaning
+
+The public API, each name documented on its object (`help(distcore.Controller)`):
+  TrainConfig, SplitConfig, DistcoreError   configuration and the error for people
+  Controller, StopFlag                      train a run; ask it to stop
+  configure_devices                         split the CPU into logical devices (call first)
+  plan_split                                which example ids each replica gets
+  evaluate                                  a checkpoint's accuracy on any device set
+  loss_check                                one batch's loss, single device vs distributed
+Names other than the configuration load their module (and TensorFlow) on first use.
 """
+
+from importlib import import_module as _import_module
 
 from .config import DistcoreError, SplitConfig, TrainConfig
 
-__all__ = ["DistcoreError", "SplitConfig", "TrainConfig"]
 __version__ = "0.1.0"
+
+# Public name -> (module, name in it). Resolved on first access (PEP 562), so that
+# `import distcore` loads no TensorFlow: the app and the CLI's launchers import it.
+_LAZY = {
+    "Controller": ("controller", "Controller"),
+    "StopFlag": ("stopping", "StopFlag"),
+    "configure_devices": ("devices", "configure"),
+    "plan_split": ("split", "plan"),
+    "evaluate": ("checkpoints", "evaluate"),
+    "loss_check": ("losscheck", "loss_check"),
+}
+
+__all__ = ["DistcoreError", "SplitConfig", "TrainConfig", *_LAZY]
+
+
+def __getattr__(name: str):
+    # Unknown names raise AttributeError, so `from distcore import split` still imports the module.
+    try:
+        module, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(_import_module(f".{module}", __name__), attribute)
+    globals()[name] = value  # later accesses skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

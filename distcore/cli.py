@@ -1,9 +1,13 @@
-"""`python -m distcore`: devices, split, planner, train, cluster, evaluate, loss-check, bench.
+"""`python -m distcore`: devices, split, train, cluster, evaluate, loss-check, bench.
 
 Errors a user can cause print `error: MESSAGE` on stderr (and `{"error": MESSAGE}`
 on stdout with --json) and exit with status 2. Tracebacks are for bugs.
 TensorFlow is imported inside each command, after the device set is known,
 because the process's logical devices can only be configured once.
+
+Internal entry points stay callable and out of --help, which lists user commands only:
+`planner` (the app's split-plan service) and `split --multi-worker` (one worker of
+`split --workers`); bench's workers are `python -m distcore.bench --worker`.
 """
 
 from __future__ import annotations
@@ -114,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--multi-worker", action="store_true", help=argparse.SUPPRESS)  # one worker of --workers
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
-    sub.add_parser("planner", help="serve split plans as JSON lines on stdin/stdout (used by the app)")
+    # No help=: argparse then leaves the command out of --help's list (metavar hides the choices).
+    sub.add_parser("planner", description="serve split plans as JSON lines on stdin/stdout (used by the app)")
 
     p = sub.add_parser("train", help="train with a MirroredStrategy custom loop into a run directory")
     add_train_flags(p)
@@ -182,9 +187,9 @@ OUTPUT_LOST = 128 + signal.SIGPIPE
 
 def keep_training(on_record, stop):
     """`on_record` for a training run whose output may lose its reader: the run then stops
-    at the end of its loop, with a checkpoint, as for Ctrl-C, and exits OUTPUT_LOST (it
-    exited 0, as if finished, QA). The error marked it failed at once, with its status left
-    "running" (the failure's own record hit the same pipe)."""
+    at the end of its loop, with a checkpoint, as for Ctrl-C, and exits OUTPUT_LOST, not 0 as
+    if finished. Raised instead, the error would fail it at once, with its status left
+    "running" (the failure's own record hits the same pipe)."""
     def guarded(record):
         try:
             on_record(record)
@@ -283,7 +288,7 @@ def split_on_workers(args, workers: int) -> int:
     with tempfile.TemporaryDirectory() as log_dir:
         outcome = cluster.launch(argv, workers, log_dir=Path(log_dir), timeout=300)
         outputs = [read_json_output(Path(log_dir) / f"worker-{i}.out") for i in range(workers)]
-    if outcome.stop_requested:  # its workers' exits are the stop's, not failures (QA: "worker 0 exited with status 130")
+    if outcome.stop_requested:  # its workers' exits are the stop's, not failures ("worker 0 exited with status 130")
         raise stopping.interruption(outcome.stop_requested)
     errors = [o["error"] for o in outputs if o and "error" in o]
     if errors or outcome.failed is not None:
@@ -372,7 +377,7 @@ def cmd_train(args) -> int:
     # Until the Controller connects, a worker's peers wait for it however it fails: say so.
     unconnected = cluster.peers_wait if args.multi_worker else (lambda err: err)
     try:
-        if args.multi_worker:  # (--replicas 4 was refused without that note, QA)
+        if args.multi_worker:  # refused with a note on what a worker takes instead
             refuse_device_flags(args, "--multi-worker",
                                 "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
         task = cluster.current_task() if args.multi_worker else cluster.Task(workers=1, index=0)
@@ -385,8 +390,8 @@ def cmd_train(args) -> int:
     if args.resume and not args.multi_worker:  # (a cluster's launcher checked for its workers)
         jobs.check_not_training(args.run_dir)
     stop = StopFlag(args.run_dir, cluster=args.multi_worker).install()  # before TensorFlow loads
-    if task.is_chief:  # the run directory is the chief's: another worker's pid there let the app stop
-        stop.announce(args.resume, resumed.total_steps() if resumed else None)  # the cluster too early (QA)
+    if task.is_chief:  # the run directory is the chief's: another worker's pid there would let the app
+        stop.announce(args.resume, resumed.total_steps() if resumed else None)  # stop the cluster too early
     try:
         config = train_config(args, resumed)  # (it loads TensorFlow: the stop flag is up by now)
     except DistcoreError as err:
@@ -427,15 +432,15 @@ def cmd_cluster(args) -> int:
     try:
         with stops_before_launch():
             # The run names this process, with its new total, from now on, as `train` announces
-            # itself: a resumed cluster showed its old "finished" until a worker started (~5 s, QA).
+            # itself, so a resumed cluster does not show its old "finished" until a worker starts (~5 s).
             stop.announce(args.resume, config.total_steps())
             gpus = physical_gpus_without_tf()
             check_gpus(per_worker, workers, gpus)
             # Held from here until launch() has started the workers and passes requests on: a
-            # request in between killed this process and left the run "starting" ("died").
+            # request in between would kill this process and leave the run "starting" ("died").
             signal.pthread_sigmask(signal.SIG_BLOCK, stopping.STOPS)
     except StoppedBeforeLaunch as stopped:
-        stop.stopped_before_training()  # (a resume read "stopped 752/940" beside its config of 752, QA)
+        stop.stopped_before_training()  # a resume is put back, not "stopped 752/940" beside its config of 752
         print(f"{stopping.BEFORE_TRAINING}: nothing to save.", file=sys.stderr)
         return stopping.exit_status(stopped.signum)
     except DistcoreError as err:
@@ -444,7 +449,7 @@ def cmd_cluster(args) -> int:
     argv = ["train", "--multi-worker"] + forwarded_train_flags(args)
     launched = time.time()
     # Around launch, which passes stops on to the workers meanwhile: once they are gone there is
-    # nothing to stop, and a SIGTERM right after the run finished killed the launcher (-15).
+    # nothing to stop, and a SIGTERM right after the run finished must not kill the launcher (-15).
     # A handler that does nothing, not SIG_IGN, which would drop a stop held for the workers.
     with stopping.handling(stopping.STOPS, lambda signum, frame: None):
         outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
@@ -470,7 +475,7 @@ def cluster_outcome(args, workers: int, outcome: cluster.Outcome, launched: floa
         return 0
     if outcome.stop_requested is None and reader_left(sys.stdout):
         # The chief wrote to this stdout (--json), lost its reader, and stopped the cluster as
-        # a worker does, with status 0: the launcher exited 0, as if finished (QA).
+        # a worker does, with status 0: the launcher says OUTPUT_LOST, not 0 as if finished.
         return OUTPUT_LOST
     return stopping.exit_status(outcome.stop_requested)
 
@@ -512,8 +517,8 @@ class StoppedBeforeLaunch(Exception):
 @contextlib.contextmanager
 def stops_before_launch():
     """SIGTERM or Ctrl-C while `cluster` counts GPUs (seconds: the child imports TensorFlow)
-    stops it as `train` stops before training begins. SIGTERM ended it silently (exit 143)
-    and left the child running. Raised here, the exception also makes subprocess kill it."""
+    stops it as `train` stops before training begins, rather than ending it silently (exit
+    143) with the child left running. Raised here, the exception also makes subprocess kill it."""
     def stop(signum, frame):
         raise StoppedBeforeLaunch(signum)
 
@@ -532,12 +537,12 @@ def physical_gpus_without_tf() -> int:
 
 def show_record(progress, record: dict) -> None:
     """A record as text: the progress bar's, and a note for what was read from elsewhere than
-    asked (an older checkpoint, another data folder), which was only in the run's log."""
+    asked (an older checkpoint, another data folder), which is otherwise only in the run's log."""
     if record.get("event") == "fallback":
         print(f"note: {record['message']}", file=sys.stderr)
     if progress:
         progress.update(record)
-    elif is_epoch(record):  # without a terminal (a CI log) the epochs' results were nowhere (QA)
+    elif is_epoch(record):  # without a terminal (a CI log) the epochs' results are shown here
         print(epoch_line(record), file=sys.stderr, flush=True)
 
 
@@ -608,7 +613,7 @@ def cmd_loss_check(args) -> int:
                         examples=args.examples)
     if args.json:
         print_json(result)
-    else:  # (the README's "2 + 2 + 0" was in the JSON only)
+    else:  # the shares per replica ("2 + 2 + 0") too, not only in the JSON
         shares = " + ".join(str(n) for n in result["per_replica_examples"])
         print(f"{result['examples']} examples on {result['replicas']} replicas: {shares}")
         for key in ("single_device", "distributed", "tutorial_fixed_g", "keras_default",
@@ -632,7 +637,7 @@ COMMANDS = {"devices": cmd_devices, "split": cmd_split, "planner": cmd_planner, 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """The command's own parser reports a flag it does not take, with its own usage
-    (`cluster --replicas 2` printed the top level's `COMMAND ...` usage)."""
+    (`cluster --replicas 2` gets cluster's usage, not the top level's `COMMAND ...`)."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
@@ -651,8 +656,8 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     with contextlib.suppress(AttributeError, ValueError):  # (a test's captured stream)
-        # A path the output's encoding cannot spell (PYTHONIOENCODING=ascii) failed a finished
-        # run at its last line, exit 1 (QA); stderr escapes such characters already.
+        # A path the output's encoding cannot spell (PYTHONIOENCODING=ascii) must not fail a
+        # finished run at its last line (exit 1); stderr escapes such characters already.
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         args = parse(argv)
@@ -682,12 +687,12 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
         if not output_lost(err):
             raise
         code = OUTPUT_LOST  # (a reader that left, as `| head -3` does: no traceback)
-    if leave_at_once:  # the process ends now: nothing is left to stop. A stop that came while a
-        for sig in stopping.STOPS:  # cluster worker left the usual way (seconds) killed it, and
-            signal.signal(sig, signal.SIG_IGN)  # the launcher marked the finished run failed (QA)
+    if leave_at_once:  # the process ends now: nothing is left to stop. A stop that comes while a
+        for sig in stopping.STOPS:  # cluster worker leaves the usual way (seconds) would kill it, and
+            signal.signal(sig, signal.SIG_IGN)  # the launcher would mark the finished run failed
     # A worker of a cluster leaves the usual way, so TensorFlow's coordination service sees it
-    # go, unless it failed: with a peer gone, that way took another 2.3-10.9 s after the
-    # failure was written (3 runs).
+    # go, unless it failed: with a peer gone, that way takes another 2.3-10.9 s after the
+    # failure is written (measured in 3 runs).
     if leave_at_once and (code != 0 or not getattr(args, "multi_worker", False)):
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError):  # (a reader that left)
@@ -695,3 +700,8 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
         stopping.remove_autograph_files()  # autograph removes them at exit, which os._exit skips
         os._exit(code)
     return code
+
+
+def console() -> None:
+    """The `distcore` console command (pyproject.toml) and `python -m distcore`: one command, then exit."""
+    sys.exit(main(leave_at_once=True))

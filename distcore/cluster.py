@@ -31,11 +31,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import devices, runs, stopping
+from . import devices, runs, settings, stopping
 from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError
 
 # Said by a worker started by hand that failed before it connected: TensorFlow's start-up
-# barrier has no end, and its peers waited in it with no word of why.
+# barrier has no end, and its peers wait in it with no word of why.
 PEERS_WAIT = ("The other workers, if started, wait for this one: start it again once that is fixed, or press "
               "Ctrl-C twice in each of them to stop them.")
 POLL_SECONDS = 0.2
@@ -61,7 +61,7 @@ class Task:
 def parse_tf_config(text: str | None) -> Task:
     """Check a TF_CONFIG value and return this process's place in the cluster."""
     if not text:
-        raise DistcoreError("--multi-worker needs the TF_CONFIG environment variable (see README: Clusters).")
+        raise DistcoreError("--multi-worker needs the TF_CONFIG environment variable (see docs/clusters.md).")
     try:
         spec = json.loads(text)
     except ValueError as err:
@@ -70,7 +70,7 @@ def parse_tf_config(text: str | None) -> Task:
     task = spec.get("task") if isinstance(spec, dict) else None
     if not isinstance(cluster, dict) or not isinstance(task, dict):
         raise DistcoreError('TF_CONFIG must hold {"cluster": {"worker": [...]}, "task": {"type": "worker", "index": i}}.')
-    for job in ("chief", "worker"):  # a string's characters were listed as addresses (QA)
+    for job in ("chief", "worker"):  # a string's characters are not addresses
         if job in cluster and not isinstance(cluster[job], list):
             raise DistcoreError(f'TF_CONFIG cluster.{job} must be a JSON list of "host:port" strings, e.g. '
                                 f'["hostA:2222", "hostB:2222"]; got {json.dumps(cluster[job])}.')
@@ -105,7 +105,7 @@ def peers_wait(err: DistcoreError) -> DistcoreError:
 
 
 def current_task() -> Task:
-    return parse_tf_config(os.environ.get("TF_CONFIG"))
+    return parse_tf_config(settings.get("TF_CONFIG"))
 
 
 # What workers may be given differently: a path on each one's own host.
@@ -280,8 +280,8 @@ def held_stops(in_main: bool):
     """Block SIGTERM and SIGINT while the workers start, then take them again.
 
     A worker inherits the blocked mask through exec and keeps a stop request pending until
-    its StopFlag.install() unblocks it: a stop forwarded before its handler was in place killed
-    it (QA: "worker 0 was killed by SIGTERM" a few seconds after Start, the run left "died").
+    its StopFlag.install() unblocks it: a stop forwarded before its handler is in place would
+    kill it ("worker 0 was killed by SIGTERM" a few seconds after Start, the run left "died").
     A request that reaches the launcher meanwhile waits too, and is forwarded to every worker
     once all are started. The caller may have blocked them already (`cluster` does, from its
     GPU count on): they are unblocked here either way."""
@@ -328,7 +328,7 @@ def watch(procs, log_dir: Path, timeout: float | None) -> Outcome:
         log = log_dir / f"worker-{failed}.log"
         message += f" Its log ends: {tail(log)}"
         # A worker that hangs (SIGSTOP, a frozen host) does not exit: the one that noticed does,
-        # and was the only one named (QA).
+        # so the hung ones are named too, from TensorFlow's heartbeats.
         hung = [str(w) for w in unhealthy(log) if w != failed]
         if hung:
             message = (f"worker {', '.join(hung)} stopped responding (TensorFlow's heartbeats found it unhealthy), "
@@ -353,8 +353,8 @@ def unhealthy(log: Path) -> list[int]:
 def first_failure(procs) -> int | None:
     """The index of the worker to blame among those that ended badly, if any. Found together,
     one killed by a signal is the cause and one that exited with an error the effect: a failed
-    worker leaves at once, so worker 0's exit 2 over its lost peer was found in the same poll
-    as the SIGKILL that caused it, and blamed."""
+    worker leaves at once, so worker 0's exit 2 over its lost peer can be found in the same
+    poll as the SIGKILL that caused it, and is not blamed."""
     bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
     return min(bad, key=lambda i: (procs[i].returncode > 0, i), default=None)
 

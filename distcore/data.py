@@ -13,12 +13,12 @@ shapes, label range) so a truncated or foreign file fails loudly.
 from __future__ import annotations
 
 import gzip
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from . import settings
 from .config import DistcoreError
 
 FILES = {
@@ -55,8 +55,8 @@ class FashionMNIST:
 
 def home_folder() -> Path | None:
     """The user's home; None for a user with none (no $HOME and no passwd entry, as `env -i`
-    or a container's `--user 12345` gives): Path.home() raised, and training failed with a
-    traceback although the Debian files were there (QA)."""
+    or a container's `--user 12345` gives), where Path.home() raises: training then still
+    finds the Debian files, with no traceback."""
     try:
         return Path.home()
     except RuntimeError:
@@ -66,15 +66,15 @@ def home_folder() -> Path | None:
 def keras_caches() -> list[Path]:
     """Where keras.datasets.fashion_mnist.load_data() keeps the files: under $KERAS_HOME
     (default ~/.keras), or under /tmp/.keras when Keras cannot write there, as for a
-    container's user with no home (keras.utils.get_file). Only ~/.keras was looked in."""
+    container's user with no home (keras.utils.get_file). Both are looked in."""
     home = home_folder()
-    keras_home = os.environ.get("KERAS_HOME") or (home / ".keras" if home else None)
+    keras_home = settings.get("KERAS_HOME") or (home / ".keras" if home else None)
     own = [Path(keras_home).expanduser() / "datasets" / "fashion-mnist"] if keras_home else []
     return own + [KERAS_TMP_HOME / "datasets" / "fashion-mnist"]
 
 
 def candidate_dirs(data_dir=None) -> list[Path]:
-    explicit = data_dir or os.environ.get("DISTCORE_DATA_DIR")
+    explicit = data_dir or settings.get("DISTCORE_DATA_DIR")
     dirs = [Path(explicit).expanduser()] if explicit else []
     return dirs + keras_caches()[:-1] + [DEBIAN_DIR]  # (Keras's /tmp one only after a download)
 
@@ -136,7 +136,7 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=N
     `saved_in`: the run's config.json, when `data_dir` came from there and not from a
     --data-dir flag. That folder may be another host's, or gone: then the usual places are
     searched instead, and `on_note` is told which folder was read. (A run copied to a
-    colleague could not be evaluated or resumed in the app, which has no data folder field.)
+    colleague can so be evaluated or resumed in the app, which has no data folder field.)
     """
     if saved_in and data_dir and not has_files(Path(data_dir).expanduser()):
         lacking = (f"the run's data folder {data_dir} (its data_dir in {saved_in}) lacks "
@@ -153,14 +153,14 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=N
         if has_files(folder):
             return folder
         tried.append(str(folder))
-        named = data_dir or os.environ.get("DISTCORE_DATA_DIR")  # a folder asked for is not passed over
+        named = data_dir or settings.get("DISTCORE_DATA_DIR")  # a folder asked for is not passed over
         if named and folder == Path(named).expanduser():
-            # (the library's data_dir= was told of "--data-dir" only, and a file that it "lacks" them, QA)
+            # named as given (data_dir= or --data-dir), and a file called a file, not said to "lack" them
             what = "is a file, not a folder: name the folder that holds" if folder.is_file() else "lacks"
             raise DistcoreError(f"{'--data-dir (data_dir=)' if data_dir else '$DISTCORE_DATA_DIR'} {folder} {what} "
                                 f"{missing_files(folder)}. {HOW_TO_GET}")
     if download is None:
-        download = os.environ.get("DISTCORE_NO_DOWNLOAD", "") in ("", "0")
+        download = settings.get("DISTCORE_NO_DOWNLOAD") in ("", "0")
     if download:
         try:
             import keras

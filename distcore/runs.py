@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import settings
 from .config import DistcoreError, TrainConfig, UnevenBatch, check_utf8_path
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -38,22 +39,22 @@ NAME_MAX = 255  # bytes in one file name (Linux's filesystems); a longer one is 
 
 def runs_root() -> Path:
     """DISTCORE_RUNS_DIR, else /data/runs on Hugging Face Spaces (persistent), else ./runs."""
-    explicit = os.environ.get("DISTCORE_RUNS_DIR")
+    explicit = settings.get("DISTCORE_RUNS_DIR")
     if explicit:
         return Path(explicit)
-    if os.environ.get("SPACE_ID") and Path("/data").is_dir():
+    if settings.get("SPACE_ID") and Path("/data").is_dir():
         return Path("/data/runs")
     return Path("runs")
 
 
 def ready_root(root=None) -> Path:
-    """The runs folder (`root`, else runs_root()), made if missing and checked writable: an app
-    given one it could not use stopped with a PermissionError traceback."""
+    """The runs folder (`root`, else runs_root()), made if missing and checked writable, so a
+    folder the app cannot use is a DistcoreError naming DISTCORE_RUNS_DIR, not a PermissionError."""
     root = Path(root) if root else runs_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        why = "it is a file" if root.is_file() else e.strerror or e  # ("File exists", QA)
+        why = "it is a file" if root.is_file() else e.strerror or e  # a file there: say so, not "File exists"
         raise DistcoreError(f"cannot make the runs folder {root} ({why}); "
                             "set DISTCORE_RUNS_DIR to a folder you can write.") from None
     if not os.access(root, os.W_OK | os.X_OK):
@@ -83,11 +84,11 @@ def safe_run_dir(root, name) -> Path:
 def run_path(run_dir) -> Path:
     """A run directory as a user gave it, refused when empty (Path("") is the current folder),
     when a part of it is too long a name for the filesystem, or when it is a file. A leading
-    ~ is the home folder, as in --data-dir (`--run-dir=~/r`, which the shell leaves as it is,
-    made a folder named "~", QA)."""
+    ~ is the home folder, as in --data-dir (the shell leaves `--run-dir=~/r` as it is, so it is
+    expanded here rather than made a folder named "~")."""
     if run_dir is None or not str(run_dir).strip():
         raise DistcoreError("the run directory is empty: name a folder for the run, e.g. runs/my-run.")
-    if not isinstance(run_dir, (str, os.PathLike)):  # Path(5) is a TypeError (QA)
+    if not isinstance(run_dir, (str, os.PathLike)):  # Path(5) would be a TypeError
         raise DistcoreError(f"the run directory ({run_dir!r}) must be a path, as text or a pathlib.Path.")
     path = Path(run_dir).expanduser()
     check_utf8_path(path, "the run directory")
@@ -117,8 +118,8 @@ def never_trained(run_dir) -> bool:
     """Whether the run's config.json is all that a process left which ended before training: a
     chief stopped (a second Ctrl-C) or killed while it waited for its peers. No metrics.jsonl
     (written once all workers have connected), no checkpoint, and no other process of the run
-    alive. A new run may start there: the same command was told the folder "already holds a
-    run", while the other workers waited for it (QA)."""
+    alive. A new run may start there, so the same command run again starts while the other
+    workers still wait for it, instead of being told the folder "already holds a run"."""
     run_dir = Path(run_dir)
     if (run_dir / "metrics.jsonl").exists() or list_checkpoints(run_dir):
         return False
@@ -148,8 +149,8 @@ class RunLock:
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as err:
             raise unwritable(run_dir, err) from None
-        # Also closed when the lock is dropped: a Controller made but never run, whose name a
-        # notebook's next cell took, held its run for the life of the kernel (QA).
+        # Also closed when the lock is dropped, so a Controller made but never run (its name
+        # taken by a notebook's next cell) does not hold its run for the life of the kernel.
         self.close_fd = weakref.finalize(self, os.close, self.fd)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -166,7 +167,7 @@ class RunLock:
         try:
             os.ftruncate(self.fd, 0)
             os.pwrite(self.fd, lock_text(os.getpid()).encode(), 0)
-        except OSError as err:  # a full disk: it was a traceback, and the app's run read "unknown" (QA)
+        except OSError as err:  # a full disk: a DistcoreError, not a traceback and a run reading "unknown"
             self.release()
             raise unwritable(run_dir, err) from None
 
@@ -211,7 +212,7 @@ def claim_new_name(root) -> str:
     root = Path(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # (a file in its place was Gradio's bare "Error", QA)
+    except OSError as err:  # e.g. a file in its place: a message, not Gradio's bare "Error"
         raise DistcoreError(f"cannot make a run folder in {root}: {err.strerror}.") from None
     stamp = time.strftime("run-%Y%m%d-%H%M%S")
     for number in range(1, 100):
@@ -231,7 +232,7 @@ def export_folder(now: float | None = None) -> Path:
 
     The web app hands the exported files to Gradio, which copies them into its own cache
     (cleaned after a day) as it answers. So the exports in the temporary folder older than
-    an hour are removed here; before, every click left a folder behind for good.
+    an hour are removed here, and clicks do not leave folders behind for good.
     """
     now = time.time() if now is None else now
     for old in Path(tempfile.gettempdir()).glob(EXPORT_PREFIX + "*"):
@@ -246,8 +247,8 @@ def write_json_atomic(path: Path, data: dict, in_place_if_full: bool = False) ->
 
     `in_place_if_full`: on a full disk, where the new file finds no room, rewrite `path` in
     the blocks it has instead (a status.json of ~100 bytes). A reader at that instant may
-    find it cut short, which reads as "unknown"; without it a run that failed for want of
-    room stayed "starting", and read "died" (QA)."""
+    find it cut short, which reads as "unknown"; otherwise a run that fails for want of room
+    would stay "starting", and read "died"."""
     text = json.dumps(data, indent=2, sort_keys=True)
     tmp = Path(path).with_name(f".{Path(path).name}.tmp{os.getpid()}")
     try:
@@ -296,7 +297,7 @@ def read_config(run_dir) -> dict:
             raise DistcoreError(f"{ended}, so there is nothing to resume, evaluate or export: start it "
                                 "again under the same name.")
         if any((folder / name).exists() for name in RUN_TRACES) and \
-                not (folder / "config.json").exists():  # (it asked "is it a distcore run directory?", QA)
+                not (folder / "config.json").exists():  # traces, no config.json: it ended before saving its settings
             raise DistcoreError(f"run {Path(run_dir).name} ended before it saved its settings (config.json; its log "
                                 "says why), so there is nothing to resume, evaluate or export: start it again under "
                                 "the same name.")
@@ -317,8 +318,8 @@ def saved_config(run_dir) -> TrainConfig:
 
 def shown_config(run_dir) -> tuple[dict, str | None]:
     """config.json for a view: its fields once TrainConfig has checked them, and None; ({}, None)
-    when there is none yet; ({}, why) when it does not make a TrainConfig (its raw values failed
-    the app's view: "devices": 5 could not be joined, QA)."""
+    when there is none yet; ({}, why) when it does not make a TrainConfig (raw values such as
+    "devices": 5, which cannot be joined, would fail the app's view)."""
     if not (Path(run_dir) / "config.json").exists():
         return {}, None
     try:
@@ -334,7 +335,7 @@ def ended_before_training(run_dir) -> str | None:
         return None
     status = read_status(run_dir) or {}
     state = status.get("state")
-    if state == "starting" and not pid_alive(status.get("pid")):  # killed before it said more
+    if state == "starting" and not pid_alive(status.get("pid")):  # killed before it wrote more
         state = "died"
     if state not in ("stopped", "failed", "died"):
         return None  # still starting, or not a run
@@ -343,8 +344,8 @@ def ended_before_training(run_dir) -> str | None:
 
 
 def no_checkpoint(run_dir) -> str:
-    """Why run X has no checkpoint to evaluate. "has no checkpoints yet" suggested waiting for a
-    run that had ended (stopped at step 0) and never would have one (QA)."""
+    """Why run X has no checkpoint to evaluate. A run that has ended (stopped at step 0) never
+    will have one, so it is not told "has no checkpoints yet", which suggests waiting."""
     ended = ended_before_training(run_dir)
     if ended:
         return f"{ended}, so it has no checkpoint and never will: pick another run, or start it again under the same name."
@@ -360,8 +361,8 @@ def no_checkpoint(run_dir) -> str:
 
 def missing_checkpoint(run_dir, name: str, names: list[str]) -> str:
     """Why a run's checkpoint `name` is not among `names` (its checkpoints on disk, oldest first).
-    A run that keeps its newest N deletes older ones while it trains: Evaluate said "choose one
-    of run 'r''s checkpoints." of one picked a moment before (QA)."""
+    A run that keeps its newest N deletes older ones while it trains, so one picked a moment
+    before may be gone: the message says so rather than "choose one of run 'r''s checkpoints."."""
     listed = ", ".join(names[-5:]) + (f" (and {len(names) - 5} older)" if len(names) > 5 else "")
     text = f"run {Path(run_dir).name} has no checkpoint {name}; it has: {listed}."
     keep = (read_json(Path(run_dir) / "config.json") or {}).get("keep_checkpoints")
@@ -379,12 +380,12 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
     checkpoints mean something else (model, batch, optimizer, ...), and a resume that
     leaves nothing to train. Needs no TensorFlow.
     """
-    if overrides is not None and not isinstance(overrides, Mapping):  # (a list was a TypeError, QA)
+    if overrides is not None and not isinstance(overrides, Mapping):  # a list: a message, not a TypeError
         raise DistcoreError(f"the changes for a resume must be a dict of fields and values, e.g. {{'epochs': 3}}, "
                             f"not {type(overrides).__name__}.")
     saved = saved_config(run_dir)
     folder = Path(run_dir) / "checkpoints"
-    if folder.exists() and not folder.is_dir():  # (it was "no checkpoint yet", then "holds no checkpoint", QA)
+    if folder.exists() and not folder.is_dir():  # a file there: say so, not "no checkpoint yet"
         raise DistcoreError(f"cannot resume: {folder} is a file, not the run's folder of checkpoints. Move it "
                             "away; with no checkpoints the run trains again from step 0.")
     overrides = overrides or {}
@@ -397,7 +398,7 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
                    if k not in TrainConfig.RESUMABLE and v is not None and not same_value(v, getattr(saved, k))}
         if changed:
             raise changed_configuration(run_dir, {k: (getattr(saved, k), v) for k, v in changed.items()}) from None
-        if isinstance(err, UnevenBatch):  # "try 62" named the one thing a resume cannot change
+        if isinstance(err, UnevenBatch):  # its "try 62" names a batch, which a resume cannot change
             raise uneven_resume(err) from None
         raise
     refuse_changes(run_dir, saved, wanted)
@@ -456,8 +457,8 @@ def check_steps_left(run_dir: Path, saved: TrainConfig, wanted: TrainConfig) -> 
 
 
 def binding_limit(config: TrainConfig) -> str:
-    """Which limit ends the run there, and how to lift it: the message used to name both
-    whatever the case, and after a lifted max steps still said "raise epochs (or max steps)"."""
+    """Which limit ends the run there, and how to lift it: epochs, max steps, or both when they
+    end at the same step."""
     by_epochs = config.steps_per_epoch() * config.epochs
     one = config.epochs == 1
     epochs = f"its {config.epochs} epoch{'' if one else 's'}"
@@ -486,7 +487,7 @@ def of_kind(key: str, value, kinds: dict) -> bool:
 
 def read_status(run_dir) -> dict | None:
     """status.json, without the fields whose values are not of their kind (a hand edit, damage):
-    a step of "abc" failed the app's view, and a state of 5 was listed as the run's state (QA).
+    a step of "abc" would fail the app's view, and a state of 5 is not a run's state.
     A state that is gone reads as unknown."""
     status = read_json(Path(run_dir) / "status.json")
     if status is None:
@@ -498,8 +499,8 @@ def read_status(run_dir) -> dict | None:
 def read_metrics(run_dir) -> list[dict]:
     """All records of metrics.jsonl; a torn last line (a killed writer) is skipped, and so is
     any other line that is not a record distcore writes (damaged bytes, a hand edit): bytes
-    that are not UTF-8 failed the app's view, the export and a resume, and a step of "x" a
-    plot and a resume's roll-back (QA)."""
+    that are not UTF-8 would fail the app's view, the export and a resume, and a step of "x" a
+    plot and a resume's roll-back."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []
@@ -549,7 +550,7 @@ class MetricsLog:
 
     def write(self, record: dict) -> dict:
         # Milliseconds, cut, not rounded: rounded up, a record could read as written after a
-        # status.json written a moment later (jobs.logged_end), and a run that died read "failed".
+        # status.json written a moment later (jobs.logged_end), and a run that died would read "failed".
         record = {**record, "time": math.floor(time.time() * 1000) / 1000}
         try:
             self._file.write(json.dumps(record) + "\n")
@@ -579,7 +580,7 @@ def record_failure(run_dir, message: str) -> None:
     status = {k: v for k, v in (status or {}).items() if k not in ("examples_per_sec", "eta_seconds")}
     status.update(state="failed", message=message, time=time.time())
     write_status(run_dir, status)
-    if not started:  # announced, never set up: its "starting" status stayed, and the run read "died"
+    if not started:  # announced, never set up: the status above marks it failed (left "starting", it reads "died")
         return
     log = MetricsLog(run_dir)
     try:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shared set-up for scripts/start.sh and scripts/test.sh: Debian packages (when root),
-# a virtual environment at .venv, and the pinned Python packages. Safe to re-run:
+# a virtual environment at .venv, the pinned Python packages and distcore itself. Safe to re-run:
 # each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ if ((${#missing[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
-    echo "setup: not root, skipping Debian packages ${missing[*]} (see README: Data)" >&2
+    echo "setup: not root, skipping Debian packages ${missing[*]} (see docs/library.md, Data)" >&2
   fi
 fi
 
@@ -48,4 +48,14 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r "$REQUIREMENTS"
   touch "$stamp"
+fi
+# distcore itself, editable: .venv/bin/python imports this checkout from any folder, and
+# .venv/bin/distcore is `python -m distcore`. Done again when pyproject.toml or the
+# checkout's place changes.
+editable=".venv/.editable-$( (cat pyproject.toml; pwd -P) | sha256sum | cut -c1-16)"
+if [ ! -f "$editable" ]; then
+  echo "setup: installing distcore into .venv (editable)"
+  # (quiet: setuptools warns on every editable install that a folder named like the package may shadow it)
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q --no-deps -e .
+  touch "$editable"
 fi

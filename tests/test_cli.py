@@ -25,11 +25,13 @@ def cli(*args, check=False, timeout=300, tmpdir=None):
 def test_help_for_every_subcommand():
     out = cli("--help", check=True).stdout
     for command in SUBCOMMANDS:
-        assert command in out
+        # The planner is an internal entry point (the app's): callable, but not in the user's list.
+        assert (command in out) == (command != "planner")
     for command in SUBCOMMANDS:
         assert "usage: python -m distcore " + command in cli(command, "--help", check=True).stdout
 
 
+@pytest.mark.slow
 def test_user_errors_exit_2_with_a_message_and_json():
     result = cli("split", "--examples", "4", "--global-batch", "8", "--replicas", "2", "--json")
     assert result.returncode == 2
@@ -38,7 +40,7 @@ def test_user_errors_exit_2_with_a_message_and_json():
     result = cli("train", "--run-dir", "/tmp/x", "--devices", "cpu:0,cpu:0")
     assert result.returncode == 2 and "listed twice" in result.stderr
     assert "Traceback" not in result.stderr
-    # QA: -1 aborted with TensorFlow's C++ stack trace (134), "abc" was taken in silence.
+    # Refused with a message: -1 would abort with TensorFlow's C++ stack trace (134), "abc" be taken in silence.
     for value in ("-1", "abc"):
         result = subprocess.run([sys.executable, "-m", "distcore", "devices"], cwd=ROOT, capture_output=True,
                                 text=True, timeout=120, env={**os.environ, "TF_NUM_INTRAOP_THREADS": value})
@@ -54,7 +56,7 @@ def test_replicas_are_refused_with_workers_and_the_message_says_what_to_use():
         "error: --replicas 4 does not apply with --workers 2: each worker process has its own devices "
         "(MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop --replicas; "
         "for 4 replicas on CPU use --workers 4.")
-    # A worker refused before it connects says its peers wait for it, as every other such refusal does (QA).
+    # A worker refused before it connects says its peers wait for it, as every other such refusal does.
     result = cli("train", "--multi-worker", "--run-dir", "/tmp/x", "--devices", "cpu:0,cpu:1")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
@@ -79,8 +81,9 @@ def assert_stopped_with_a_checkpoint(run_dir):
     assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r][-1] == "stopped"
 
 
+@pytest.mark.slow
 def test_a_closed_terminal_sighup_stops_with_a_checkpoint(tmp_path):
-    # QA: SIGHUP ended the run at once: no checkpoint, its status left "running" ("died").
+    # SIGHUP stops the run with a checkpoint, not at once with its status left "running" ("died").
     proc = start_train(tmp_path / "run")
     for line in proc.stdout:
         if json.loads(line).get("step", 0) >= 5:
@@ -93,18 +96,20 @@ def test_a_closed_terminal_sighup_stops_with_a_checkpoint(tmp_path):
     assert_stopped_with_a_checkpoint(tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_stops_training_with_a_checkpoint_and_no_traceback(tmp_path):
-    # QA: `train --json | head -3` ended with BrokenPipeError tracebacks, its status "running".
+    # `train --json | head -3` stops the run, with no BrokenPipeError traceback and no status left "running".
     head = subprocess.Popen(["head", "-3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     proc = start_train(tmp_path / "run", stdout=head.stdin)
     head.stdin.close()  # head's, so the pipe breaks when head leaves
     assert len(head.stdout.read().splitlines()) == 3
     _, stderr = proc.communicate(timeout=120)
-    # 141, as a shell reports `yes | head` (it was 0, as if training had finished, QA)
+    # 141, as a shell reports `yes | head` (not 0, as if training had finished)
     assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in stderr, stderr[-2000:]
     assert_stopped_with_a_checkpoint(tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_a_split_whose_reader_left_exits_as_the_shell_reports_a_broken_pipe():
     # `split ... | head` exited 1, `train ... | head` 0: both now give what `yes | head` gives.
     read_end, write_end = os.pipe()
@@ -117,9 +122,10 @@ def test_a_split_whose_reader_left_exits_as_the_shell_reports_a_broken_pipe():
     assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_cluster_whose_reader_left_exits_as_the_shell_reports_a_broken_pipe(tmp_path):
-    # Retest QA: `cluster --json | head -3` exited 0: its chief stopped the run, as a worker
-    # does, with status 0, and the launcher took the run for finished.
+    # `cluster --json | head -3` exits 141 too: its chief stops the run, as a worker does, with
+    # status 0, and the launcher does not take the run for finished.
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
@@ -133,11 +139,13 @@ def test_a_cluster_whose_reader_left_exits_as_the_shell_reports_a_broken_pipe(tm
     assert runs.read_status(tmp_path / "run")["state"] == "stopped"
 
 
+@pytest.mark.slow
 def test_devices_json():
     info = json.loads(cli("devices", "--json", check=True).stdout)
     assert info["tensorflow"].startswith("2.") and info["default"]
 
 
+@pytest.mark.slow
 def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes(tmp_path):
     run_dir, scratch = tmp_path / "run", tmp_path / "tmp"
     scratch.mkdir()
@@ -155,7 +163,7 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes
             proc.send_signal(signal.SIGTERM)
             break
     records += [json.loads(line) for line in proc.stdout]
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM  # (QA: it was 0, as if finished)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM  # (not 0, as if finished)
     stopped = runs.read_status(run_dir)
     assert stopped["state"] == "stopped" and stopped["step"] % 5 == 0 and stopped["step"] < 300
     assert runs.list_checkpoints(run_dir)[-1] == f"ckpt-{stopped['step']}"
@@ -171,7 +179,10 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes
     evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json", check=True,
                                tmpdir=scratch).stdout)
     final = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-300"][0]
-    assert evaluated["checkpoint"] == "ckpt-300" and evaluated["accuracy"] == final["test_accuracy"]
+    # Trained and tested on 2 replicas (32 each), evaluated with no strategy (64): a prediction whose top two
+    # logits tie to within float32 rounding may go either way, one of the 500 (+0.5 for the quotients).
+    assert evaluated["checkpoint"] == "ckpt-300"
+    assert evaluated["accuracy"] == pytest.approx(final["test_accuracy"], abs=1.5 / 500)
     # Autograph's files for the converted functions are gone, although the processes skip
     # Python's exit (os._exit) and with it autograph's own clean-up.
     assert sorted(p.name for p in scratch.iterdir()) == []
@@ -204,11 +215,11 @@ def test_a_resume_with_nothing_left_to_train_is_refused_before_any_process_start
     assert ("error: cannot resume done with epochs 1 and max steps 5: that makes 5 steps, and the run has "
             "already trained 10 (ckpt-10).") in result.stderr
     assert run_files(finished_run) == before  # still finished, config.json untouched
-    # Refused for its devices, which only TensorFlow can check: it marked the run "failed".
+    # Refused for its devices, which only TensorFlow can check: the run is not marked "failed".
     result = cli("train", "--run-dir", str(finished_run), "--resume", "--epochs", "2", "--replicas", "17")
     assert result.returncode == 2 and "replicas (17) must be" in result.stderr
     assert run_files(finished_run) == before
-    # Refused for its data folder, found missing once TensorFlow is up: it too was marked "failed".
+    # Refused for its data folder, found missing once TensorFlow is up: not marked "failed" either.
     missing = finished_run.parent / "no-data"
     result = cli("train", "--run-dir", str(finished_run), "--resume", "--epochs", "2", "--data-dir", str(missing))
     assert result.returncode == 2 and f"--data-dir (data_dir=) {missing} lacks" in result.stderr
@@ -216,9 +227,9 @@ def test_a_resume_with_nothing_left_to_train_is_refused_before_any_process_start
 
 
 def test_a_resume_interrupted_before_training_leaves_the_run_as_it_was(finished_run, tmp_path):
-    # QA: Ctrl-C during `train --resume --epochs 2`'s set-up left "stopped 10/20" beside a
-    # config.json of 1 epoch (and in a notebook, epochs 2 beside "finished"): the next plain
-    # resume then trained on, or was refused, by what the interrupted command had asked.
+    # Ctrl-C during `train --resume --epochs 2`'s set-up leaves the run as it was, not "stopped
+    # 10/20" beside a config.json of 1 epoch (or in a notebook, epochs 2 beside "finished"), which
+    # would make the next plain resume train on, or be refused, by what the interrupted command asked.
     run_dir = tmp_path / "copy"
     shutil.copytree(finished_run, run_dir)
     before = run_files(run_dir)
@@ -233,6 +244,7 @@ def test_a_resume_interrupted_before_training_leaves_the_run_as_it_was(finished_
     assert run_files(run_dir) == before
 
 
+@pytest.mark.slow
 def test_a_resume_with_max_steps_0_lifts_the_limit_and_a_refusal_names_the_limit_that_binds(tmp_path):
     from distcore.config import TrainConfig
 
@@ -252,8 +264,9 @@ def test_a_resume_with_max_steps_0_lifts_the_limit_and_a_refusal_names_the_limit
     assert runs.resume_config(run_dir, {"max_steps": "0"}).total_steps() == 626  # as `--max-steps 0` gives it
 
 
+@pytest.mark.slow
 def test_keep_checkpoints_keeps_the_newest_and_a_resume_may_change_how_many(tmp_path):
-    # Every checkpoint was kept: a long run with a checkpoint every few steps filled the disk.
+    # Keeping every checkpoint, a long run with a checkpoint every few steps would fill the disk.
     run_dir = tmp_path / "kept"
     common = ["--run-dir", str(run_dir), "--replicas", "2", "--train-examples", "640", "--test-examples", "100",
               "--steps-per-loop", "5", "--checkpoint-every", "5"]  # 10 steps an epoch
@@ -261,7 +274,7 @@ def test_keep_checkpoints_keeps_the_newest_and_a_resume_may_change_how_many(tmp_
     assert runs.list_checkpoints(run_dir) == ["ckpt-15", "ckpt-20"]
     result = cli("train", *common, "--epochs", "3", "--keep-checkpoints", "3", "--resume")
     assert result.returncode == 0, result.stderr[-2000:]
-    # Without a terminal (captured here, as in a CI log) the epochs' results are still said (QA).
+    # Without a terminal (captured here, as in a CI log) the epochs' results are still said.
     tested = [r for r in runs.read_metrics(run_dir) if "test_accuracy" in r and "epoch" in r][-1]
     assert (f"epoch 3: train loss {tested['train_loss']:.4f}, test accuracy {tested['test_accuracy']:.4f}"
             in result.stderr.splitlines())
@@ -271,6 +284,7 @@ def test_keep_checkpoints_keeps_the_newest_and_a_resume_may_change_how_many(tmp_
     assert cli("train", *common, "--epochs", "4", "--keep-checkpoints", "-1", "--resume").returncode == 2
 
 
+@pytest.mark.slow
 def test_loss_check_shows_the_two_mistakes():
     run = cli("loss-check", "--replicas", "4", "--global-batch", "64", "--json", check=True)
     assert "Using MirroredStrategy eagerly" not in run.stderr  # the step runs as a tf.function
@@ -281,7 +295,7 @@ def test_loss_check_shows_the_two_mistakes():
     assert result["mistake_keras_mean"] == pytest.approx(result["single_device"] / 4, rel=1e-4)
     run = cli("loss-check", "--replicas", "3", "--global-batch", "6", "--examples", "4", check=True)
     assert "tutorial_fixed_g:" in run.stdout and "keras_default: fails (InvalidArgumentError" in run.stdout
-    assert run.stdout.splitlines()[0] == "4 examples on 3 replicas: 2 + 2 + 0"  # as the README's comment says
+    assert run.stdout.splitlines()[0] == "4 examples on 3 replicas: 2 + 2 + 0"  # as docs/cli.md says
 
 
 def test_argument_errors_answer_in_json_too_and_choices_take_any_case(capsys):
@@ -317,7 +331,7 @@ def test_ctrl_c_a_command_does_not_handle_ends_quietly(monkeypatch, capsys):
 
 
 def test_a_stop_by_another_signal_is_named_on_the_way_out(monkeypatch, capsys):
-    # QA: `split --workers` and `bench` said "stopped (Ctrl-C)." for a SIGTERM or a SIGHUP too.
+    # `split --workers` and `bench` name a SIGTERM or a SIGHUP, not "stopped (Ctrl-C)."
     def terminated(args):
         raise stopping.interruption(signal.SIGHUP)
     monkeypatch.setitem(distcore_cli.COMMANDS, "devices", terminated)
@@ -372,15 +386,19 @@ def test_a_clusters_run_resumes_in_one_process_and_evaluate_says_what_it_restore
     out = cli("evaluate", "--run-dir", str(run_dir), "--details", "--data-dir", str(data.DEBIAN_DIR),
               check=True).stdout.splitlines()
     logged = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-10"][0]["test_accuracy"]
-    assert out[0].startswith(f"ckpt-10 (step 10) on cpu:0: accuracy {logged:.4f}")
+    assert out[0].startswith("ckpt-10 (step 10) on cpu:0: accuracy ")
+    # Tested on 2 replicas (32 each), evaluated on 1 (64): a prediction whose top two logits tie to within
+    # float32 rounding may go either way, one of the 200 (+0.5 for the quotients and the 4 digits shown).
+    assert float(out[0].split(" accuracy ")[1].split(",")[0]) == pytest.approx(logged, abs=1.5 / 200)
     assert out[1].startswith("note: restored ckpt-10, the newest intact checkpoint; skipped ckpt-20")
     matrix = out[out.index("confusion matrix (rows: true class, columns: predicted class 0-9)") + 1:][:10]
     assert sum(int(n) for row in matrix for n in row.split()[-10:]) == 200  # every test image once
     assert len([line for line in out if line.startswith("#")]) == 16
 
 
+@pytest.mark.slow
 def test_the_planner_refuses_drop_remainder_given_as_text():
-    # Issue: {"drop_remainder": "false"} planned with drop_remainder on (bool("false") is True).
+    # {"drop_remainder": "false"} is refused, not planned with drop_remainder on (bool("false") is True).
     requests = [{"examples": 6, "global_batch": 4, "replicas": 2, "drop_remainder": "false"},
                 {"examples": 6, "global_batch": 4, "replicas": 2, "drop_remainder": False}]
     run = subprocess.run([sys.executable, "-m", "distcore", "planner"], cwd=ROOT, capture_output=True, text=True,
@@ -390,8 +408,10 @@ def test_the_planner_refuses_drop_remainder_given_as_text():
     assert planned["drop_remainder"] is False and planned["steps"][-1] == [[4], [5]]
 
 
+@pytest.mark.slow
 def test_a_resume_that_cannot_write_its_logs_fails_with_exit_2_and_says_so_in_its_status(tmp_path):
-    # Issue: a CreateSummaryFileWriter traceback, exit 1, and status.json left "starting" with a dead pid.
+    # A message, exit 2 and a "failed" status, not a CreateSummaryFileWriter traceback, exit 1, and
+    # status.json left "starting" with a dead pid.
     from distcore.config import TrainConfig
     from distcore.controller import Controller
 
@@ -409,15 +429,16 @@ def test_a_resume_that_cannot_write_its_logs_fails_with_exit_2_and_says_so_in_it
 
 
 def test_help_states_each_commands_default_device_set():
-    # It never said how many replicas a command uses when given none.
+    # Each command's help says how many replicas it uses when given none.
     assert "logical CPUs; default 2)" in " ".join(cli("loss-check", "--help").stdout.split())
     evaluate = " ".join(cli("evaluate", "--help").stdout.split())
     assert "logical CPUs; default 1)" in evaluate and "--json print one JSON object" in evaluate
 
 
+@pytest.mark.slow
 def test_a_resume_says_when_it_reads_the_data_from_elsewhere_than_the_runs_folder(tmp_path):
     # The run's data folder is gone (a run copied from another machine): the resume reads the
-    # data from the usual places, and said so only in the run's log.
+    # data from the usual places, and says so on stderr, not only in the run's log.
     from distcore import data
 
     theirs, run_dir = tmp_path / "their-data", tmp_path / "r"
@@ -432,11 +453,12 @@ def test_a_resume_says_when_it_reads_the_data_from_elsewhere_than_the_runs_folde
     assert note in result.stderr
     assert result.stdout.strip().endswith(f"finished at step 4 of 4; run directory: {run_dir}")
     result = cli("cluster", "--workers", "2", "--run-dir", str(run_dir), "--resume", "--max-steps", "6", check=True)
-    assert result.stderr.count(note) == 1 and "2 workers finished" in result.stdout  # (the launcher said nothing)
+    assert result.stderr.count(note) == 1 and "2 workers finished" in result.stdout  # (once, by the launcher)
 
 
+@pytest.mark.slow
 def test_a_run_path_the_output_cannot_spell_does_not_fail_a_finished_run(tmp_path):
-    # QA: with PYTHONIOENCODING=ascii a finished run crashed printing its last line (exit 1).
+    # With PYTHONIOENCODING=ascii a finished run prints its last line, not crash on it (exit 1).
     run_dir = tmp_path / "é"
     result = subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas", "1",
                              "--train-examples", "128", "--test-examples", "64", "--max-steps", "1"], cwd=ROOT,
@@ -447,9 +469,10 @@ def test_a_run_path_the_output_cannot_spell_does_not_fail_a_finished_run(tmp_pat
     assert result.stdout.splitlines()[-1] == f"finished at step 1 of 1; run directory: {escaped}"
 
 
+@pytest.mark.slow
 def test_a_stop_is_answered_while_the_loop_of_steps_still_runs(tmp_path):
-    # QA: Python runs a signal handler only once TensorFlow's call returns, so a Ctrl-C during a
-    # loop of 900 steps went unanswered for seconds, and a second one seemed ignored.
+    # Python runs a signal handler only once TensorFlow's call returns, yet a Ctrl-C during a loop
+    # of 900 steps is answered at once, and so is a second one.
     run_dir = tmp_path / "run"
     with open(tmp_path / "out", "w") as out:  # (a pipe left unread would fill with the loop's 899 records)
         proc = subprocess.Popen([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas",
