@@ -169,7 +169,7 @@ def worker_command(kind: str, *args) -> tuple[list[str], dict]:
 
 def die_with_parent() -> None:
     """In a bench worker, before it runs: SIGKILL when the bench process ends, however it ends.
-    A SIGTERM to `bench` left its contenders measuring for up to 75 s (QA). Linux only."""
+    Otherwise a SIGTERM to `bench` leaves its contenders measuring for up to 75 s. Linux only."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
@@ -181,7 +181,7 @@ def worker(kind: str, *args) -> dict:
                             preexec_fn=die_with_parent)
     try:
         stdout, stderr = proc.communicate()
-    except BaseException:  # a stop: subprocess.run killed it, and its autograph files stayed in TMPDIR (QA)
+    except BaseException:  # a stop: let it clean up (killed, its autograph files would stay in TMPDIR)
         leave_gently(proc)
         raise
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
@@ -320,7 +320,7 @@ def train_process(replicas: int, max_steps: int, test_examples: int | None = Non
 
 def cpu_name() -> str:
     """The CPU as /proc/cpuinfo names it, with its family and model: a cloud host's "AMD EPYC"
-    alone hid a move from Zen 4 (family 25) to Zen 5 (26), whose matmul ran twice as fast (QA)."""
+    alone hides a move from Zen 4 (family 25) to Zen 5 (26), whose matmul runs twice as fast."""
     try:
         fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
                       if ":" in line)
@@ -347,7 +347,7 @@ def at_least(value: float, want: float, bound: float) -> dict:
     above it is out of reach here, whatever the loop."""
     check = {"value": value, "target": f">= {want}", "met": value >= want, "bound": bound,
              "reachable": value >= want or bound >= want}
-    if bound < value < want:  # it called a target "out of reach" that the loop itself came nearer (QA)
+    if bound < value < want:  # not "out of reach" when the loop itself came nearer than step_only
         check.update(reachable=None, note="step_only ran slower than distcore's loop here (other load): no bound")
     return check
 
@@ -359,7 +359,7 @@ def check_targets(report: dict) -> dict:
         r = row["replicas"]
         share = TARGETS["ceiling_share"].get(r, TARGETS["ceiling_share"]["default"])
         checks[f"ceiling_share@{r}"] = at_least(row["ceiling_share"], share, row["step_only_ceiling_share"])
-        if quick:  # a ceiling of 2 brief matmuls (52 GFLOP/s against 219) "met" 85% at 1 replica
+        if quick:  # a ceiling of 2 brief matmuls (52 GFLOP/s against 219) would "meet" 85% at 1 replica
             checks[f"ceiling_share@{r}"].update(met=None, note="not judged: --quick measures the ceiling too briefly")
         for other in ("tutorial", "keras_fit"):
             checks[f"vs_{other}@{r}"] = at_least(row[f"vs_{other}"], TARGETS[f"vs_{other}"],
@@ -446,7 +446,7 @@ def main(args) -> int:
                             f"{MAX_LOGICAL_CPUS} (the logical CPU devices a process can have), e.g. 1,2,4.") from None
     if not replicas:
         raise DistcoreError("--replicas is empty: give counts such as 1,2,4.")
-    if len(set(replicas)) < len(replicas):  # (1,1 measured the same set twice, as two rows)
+    if len(set(replicas)) < len(replicas):  # 1,1 would measure the same set twice, as two rows
         raise DistcoreError(f"--replicas ({args.replicas!r}) lists a count twice: give each once, e.g. 1,2,4.")
     steps = check_int("steps", args.steps if args.steps is not None else DEFAULT_STEPS, high=100_000)
     repeats = check_int("repeats", args.repeats if args.repeats is not None else DEFAULT_REPEATS, high=100)
@@ -463,8 +463,8 @@ def main(args) -> int:
 @contextlib.contextmanager
 def stops_as_ctrl_c():
     """A SIGTERM or SIGHUP takes Ctrl-C's way out, through the clean-ups (contenders asked to
-    stop, the train measurement's folder removed): it killed the bench at once, its workers
-    went with it (die_with_parent), and their autograph files stayed in TMPDIR (QA)."""
+    stop, the train measurement's folder removed). By default it kills the bench at once, its
+    workers go with it (die_with_parent), and their autograph files stay in TMPDIR."""
     from .stopping import handling, interruption
 
     def interrupt(signum, frame):

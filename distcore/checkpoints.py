@@ -39,8 +39,8 @@ class Saver:
         """Whether this process saved or restored the checkpoint of `step`: the same answer on
         every worker of a cluster, as their collectives need (a save runs a test pass). Not a look
         at `folder`: a non-chief's own folder lacks the chief's checkpoint it resumed from, so
-        after a resume stopped before its first step worker 1 alone ran the test pass, waited in
-        its all-reduce for a chief that had left, and failed the run (QA)."""
+        after a resume stopped before its first step worker 1 alone would run the test pass, wait
+        in its all-reduce for a chief that had left, and fail the run."""
         return step in self.steps
 
     def save(self, step: int) -> str:
@@ -101,7 +101,7 @@ def newest_intact(folder: Path, try_restore, on_fallback, attempts: int = 5) -> 
 class UnrestoredValues(logging.Filter):
     """Drops TensorFlow's warnings of a restore that failed half-way, as its objects go: about
     26 lines of "Value in checkpoint could not be found in the restored object" before a
-    correct result, read as a broken checkpoint (QA). A restore that fails for real says why."""
+    correct result, which read as a broken checkpoint. A restore that fails for real says why."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -176,7 +176,7 @@ def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False
             status.expect_partial()  # no second round of "value not found" warnings at exit
         if peer_failure(err):
             raise
-        if not exists(prefix):  # (it blamed the model, QA)
+        if not exists(prefix):  # deleted while read: not the model's fault
             raise Vanished(prefix.name) from None
         raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line(err)}).") from None
 
@@ -228,6 +228,9 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     one device, plain calls), as the tutorial's "restore without a strategy"; any other
     value is a device set, read and checked as `devices.resolve` reads one.
     `data_dir` overrides the run's own (the data moved, or this is another host).
+    `name` is a checkpoint such as "ckpt-500" (None: the newest intact one). Returns plain
+    values: checkpoint, step, devices, accuracy, loss, examples, data_dir, a note when any
+    was read from elsewhere than asked, and with `details` a confusion matrix and samples.
     """
     import keras
 

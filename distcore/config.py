@@ -51,7 +51,7 @@ def parse_device_list(text) -> tuple[str, ...]:
     if text is None or isinstance(text, str):
         items = (text or "").split(",")
     elif isinstance(text, Iterable) and not isinstance(text, (bytes, bytearray, Mapping)):
-        items = list(text)  # (`text or ""` asked a numpy array for its truth value)
+        items = list(text)  # not `text or ""`, which asks a numpy array for its truth value
     else:
         raise DistcoreError(f"devices ({text!r}) must be device names, as a list such as ['cpu:0', 'cpu:1'] "
                             "or as text such as cpu:0,cpu:1.")
@@ -99,8 +99,8 @@ def is_empty(value) -> bool:
 
 def check_utf8_path(path, what: str) -> None:
     """Refuse a path that is not UTF-8 text as this process read it (an ASCII locale reads other
-    bytes as surrogates): TensorFlow's file functions take UTF-8, and failed on it with a
-    traceback or blamed the files (QA)."""
+    bytes as surrogates): TensorFlow's file functions take UTF-8, and fail on it with a
+    traceback or blame the files."""
     try:
         str(path).encode("utf-8")
     except UnicodeError:
@@ -177,7 +177,7 @@ class UnevenBatch(DistcoreError):
     """A global batch that distribute_datasets_from_function cannot divide over the replicas."""
 
     def __init__(self, global_batch: int, replicas: int):
-        below = global_batch - global_batch % replicas or replicas  # "try 3." read as the replica count (QA)
+        below = global_batch - global_batch % replicas or replicas  # never 0; "a global batch of", as a bare "try 3." reads as a replica count
         super().__init__(
             f"with distribute_datasets_from_function the global batch ({global_batch}) must "
             f"divide evenly by the number of replicas ({replicas}); "
@@ -196,7 +196,10 @@ def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True)
 class SplitConfig:
-    """One split plan: N tagged example ids, batched by G, spread over a device set."""
+    """One split plan to run with `distcore.plan_split`: ids 0..examples-1, batched by
+    `global_batch`, spread over `devices` (one replica each), read through the tf.data shard
+    `policy` and the input `api`; every field is checked here, with a message that says what
+    is allowed."""
 
     examples: int
     global_batch: int
@@ -352,7 +355,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
         """A configuration from a dict (config.json's); keys that are not fields are left out."""
-        if not isinstance(data, Mapping):  # (a list was "the configuration has no devices.", QA)
+        if not isinstance(data, Mapping):  # a list: say so, not "the configuration has no devices."
             raise DistcoreError(f"a configuration must be a dict of its fields, not {type(data).__name__}.")
         fields = dataclasses.fields(cls)
         missing = [f.name for f in fields if f.default is dataclasses.MISSING and f.name not in data]

@@ -118,15 +118,15 @@ class Controller:
         the next try needs it, and return what to raise."""
         if isinstance(err, DistcoreError) and self.config.workers > 1 and not hasattr(self, "strategy"):
             err = cluster.peers_wait(err)  # not connected yet
-        # Refused before anything changed: a finished run was marked "failed", or "stopped" at 938 of 1876,
-        # and by workers whose flags differ, "failed · 63 / 126" beside a config.json of 63 (QA).
+        # Refused before anything changed: put back, so a finished run does not read "failed", or "stopped" at
+        # 938 of 1876, nor, with workers whose flags differ, "failed · 63 / 126" beside a config.json of 63.
         if resume and (isinstance(err, (KeyboardInterrupt, cluster.FlagsDiffer)) or not self.wrote_config):
             self.put_back()
             return err
         if not self.wrote_config:
             return err
         if not resume and not runs.list_checkpoints(self.run_dir):  # nothing trained: the same call, fixed,
-            (self.run_dir / "config.json").unlink(missing_ok=True)  # starts it (it was "already holds a run")
+            (self.run_dir / "config.json").unlink(missing_ok=True)  # starts it (not "already holds a run")
         state, message = (("stopped", stopping.BEFORE_TRAINING) if isinstance(err, KeyboardInterrupt)
                           else ("failed", failure_message(err)))
         stopping.mark_state(self.run_dir, os.getpid(), state, message, only_from="starting")
@@ -135,7 +135,7 @@ class Controller:
     def claim(self, resume: bool) -> None:
         """Everything up to the first step: the task, the data, the run directory, the strategy."""
         config = self.config
-        if not tf.executing_eagerly():  # (its failure came at the first step, the run left "starting")
+        if not tf.executing_eagerly():  # here, not at the first step, which would leave the run "starting"
             raise DistcoreError("distcore needs TensorFlow's eager execution, which is on unless turned off "
                                 "(tf.compat.v1.disable_eager_execution()): train in a process that leaves it on.")
         devices.check_thread_variables()
@@ -149,9 +149,9 @@ class Controller:
             differ = devices.threads_differ(config.devices)
             if differ:
                 warnings.warn(differ, stacklevel=3)
-        # Found before the run directory is claimed: a mistyped --data-dir left a config.json
-        # behind, and the corrected command's run "already held a run". (Read after it, so a
-        # stop is honoured while the files are read.)
+        # Found before the run directory is claimed, so a mistyped --data-dir leaves no config.json
+        # for the corrected command to find "already holds a run". (Read after it, so a stop is
+        # honoured while the files are read.)
         notes = []
         folder = locate_data(config, self.run_dir, resume, notes.append)
         self.prepare_dir(resume)
@@ -248,7 +248,7 @@ class Controller:
         """Let go of the run directory (run() does when it ends), so another Controller may train
         it. Closed before it ran, it leaves a new run as a set-up stopped before training does
         ("stopped before training began", its name free again), and a resumed one as it was
-        (it left a run that read "died" and whose name was taken, QA)."""
+        (not a run that reads "died" under a name that stays taken)."""
         if self.wrote_config and not self.ran and not self.closed:
             self.let_go(KeyboardInterrupt(), self.resumed_config is not None)
         self.closed = True
@@ -256,8 +256,8 @@ class Controller:
 
     def put_back(self) -> None:
         """A resume that did not begin training leaves the run as it was: its status, and its
-        config.json, which is only written when training begins (a closed resume Controller left
-        epochs raised, and a plain resume trained on, QA)."""
+        config.json, which is only written when training begins (so a closed resume Controller's
+        raised epochs are not saved for a plain resume to train on)."""
         if self.status_before:
             stopping.put_status_back(self.run_dir, os.getpid(), self.status_before)
         else:
@@ -277,7 +277,7 @@ class Controller:
 
     def release(self) -> None:
         """Unlock the run, and remove a non-chief worker's scratch folder (a worker refused
-        before training left it behind)."""
+        before training too)."""
         if self.lock is not None:
             self.lock.release()
         if self.write_dir is not None and not self.task.is_chief:
@@ -286,10 +286,10 @@ class Controller:
     def lock_run(self) -> runs.RunLock:
         try:
             return runs.RunLock(self.run_dir)
-        except runs.RunHeld as err:  # (not a failed write: a full disk blamed the task indices, QA)
+        except runs.RunHeld as err:  # a held lock only: a failed write (a full disk) is not the task indices'
             if self.config.workers == 1:
                 raise
-            # Two chiefs of one run: two workers given index 0 were told only "stop it".
+            # Two chiefs of one run: two workers given index 0 are told so, not only "stop it".
             raise DistcoreError(f"{err} If that is another worker of this cluster, two workers have the same task "
                                 f"index in TF_CONFIG: give each its own, 0 to {self.config.workers - 1}.") from None
 
@@ -328,13 +328,13 @@ class Controller:
     def check_dir(self, resume: bool) -> None:
         """A new run needs an empty directory; a resume, this run's own configuration. The CLI
         and the app check a resume before they launch (resume_config); a library caller may
-        not have, and a changed batch resumed "10 batches" of 32 into an epoch of 64s."""
+        not have, and a changed batch would resume "10 batches" of 32 into an epoch of 64s."""
         if not resume:
             runs.check_new(self.run_dir)
             return
         saved = runs.saved_config(self.run_dir)
         runs.refuse_changes(self.run_dir, saved, self.config)
-        runs.check_steps_left(self.run_dir, saved, self.config)  # ("finished at step 564 of 188")
+        runs.check_steps_left(self.run_dir, saved, self.config)  # not "finished at step 564 of 188"
 
     def _any_stop(self, flag):
         """True on every worker if any worker was asked to stop: workers must leave the
@@ -369,17 +369,17 @@ class Controller:
         or in the main thread a Ctrl-C (a second one interrupts at once, raising KeyboardInterrupt).
         Returns {"state": "finished" or "stopped", "step": ..., "total_steps": ...}; a checkpoint is
         saved either way. Once: make a new Controller to train the run again."""
-        if self.closed:  # it trained on without the run's lock, beside another process (QA)
+        if self.closed:  # without the run's lock it would train beside another process
             raise DistcoreError(f"this Controller has let go of {self.run_dir} (it ran, or close() was called): "
                                 "to train the run, make a new one: Controller(resume_config(run_dir), run_dir, "
                                 "resume=True) to continue it, or Controller(config, run_dir) if it never trained.")
         self.ran = True
         step = int(self.runner.step.numpy())
         total = self.config.total_steps()
-        # From here a stop request waits for the loop: set before the start event, or a stop
-        # between the two ended the process with the start logged and no end (QA).
+        # From here a stop request waits for the loop: set before the start event, so a stop
+        # between the two cannot end the process with the start logged and no end.
         self.stop.training = True
-        try:  # (the start event too: a disk full by then left the run "starting", read as died, QA)
+        try:  # the start event too: a full disk by then fails the run, not leaves it "starting" (read as died)
             if self.resumed_config is not None:
                 runs.write_json_atomic(self.run_dir / "config.json", self.resumed_config)
             self.log_event(*self.start_event(step, total))
@@ -396,12 +396,12 @@ class Controller:
             return {"state": state, "step": step, "total_steps": total}
         except BaseException as err:
             state, message = ("stopped", self.interrupted_message()) if isinstance(err, KeyboardInterrupt) else (
-                "failed", failure_message(err))  # (a second Ctrl-C is deliberate: it read "failed", QA)
+                "failed", failure_message(err))  # a second Ctrl-C is deliberate: "stopped", not "failed"
             detail = {"detail": str(err)} if isinstance(err, tf.errors.OpError) else {}  # for the post-mortem
             for record in (lambda: self.log_event(state, message),
                            lambda: self.set_status(state, message=message, **detail)):
-                # Each where it can: a full metrics.jsonl, or an on_record that failed again on
-                # the "failed" record, left status.json "running", and the run read "died" (QA).
+                # Each where it can: a full metrics.jsonl, or an on_record that fails again on the
+                # "failed" record, must not leave status.json "running" (read as "died").
                 with contextlib.suppress(Exception):
                     record()
             if self.config.workers > 1 and isinstance(err, tf.errors.OpError):
@@ -419,9 +419,9 @@ class Controller:
                 f"a resume continues from {saved[-1] if saved else 'step 0'}")
 
     def test_unlogged(self, step: int) -> None:
-        """Test the checkpoint resumed from when the log has no record of it: its process was
-        killed between saving it and logging it, and its test accuracy was never logged (QA),
-        where the log has every other checkpoint's, to check `evaluate` against. Every worker
+        """Test the checkpoint resumed from when the log has no record of it (its process was
+        killed between saving it and logging it), so the log holds every checkpoint's test
+        accuracy, to check `evaluate` against. Every worker
         reads the chief's log, so all of them take the test pass, or none."""
         logged = any(r.get("event") == "checkpoint" and r.get("step") == step for r in runs.read_metrics(self.run_dir))
         if not self.resumed_from or logged:
@@ -469,8 +469,8 @@ class Controller:
     def train_epoch(self, iterator, epoch: int, step: int, total: int) -> None:
         limit = self.config.max_steps or float("inf")
         timed = False  # an epoch's first chunk starts its iterator (a shuffle of the whole epoch):
-        # often a few steps to the next loop boundary, it showed 44-800 examples/s among
-        # ~5,000 and an ETA of 5 min for 55 s (QA). The process's first chunk also traces.
+        # often a few steps to the next loop boundary, its 44-800 examples/s among ~5,000
+        # would give an ETA of 5 min for 55 s. The process's first chunk also traces.
         while step < limit and not self.stopping():
             chunk = int(min(self.steps_to_boundary(step), limit - step, self.steps_to_checkpoint(step)))
             started = time.perf_counter()
@@ -483,7 +483,7 @@ class Controller:
                 if timed:
                     self.last_timing = (float(counts.sum() / elapsed), elapsed / len(losses))
                 # An untimed chunk shows the last timed one's speed, else none (after a resume a
-                # traced chunk claimed minutes for seconds).
+                # traced chunk would claim minutes for seconds).
                 speed, step_seconds = self.last_timing or (None, None)
                 self.set_status("running", epoch=epoch + 1, examples_per_sec=speed,
                                 eta_seconds=self.eta(step, total, step_seconds) if step_seconds else None)
@@ -514,7 +514,7 @@ class Controller:
 
     def log_steps(self, first_step, epoch, losses, counts, elapsed):
         """Step records; `elapsed` None for a chunk that traced or started an epoch's iterator,
-        whose 7-800 examples/s said nothing of the speed (in metrics.jsonl, the CSV export and
+        whose 7-800 examples/s say nothing of the speed (in metrics.jsonl, the CSV export and
         TensorBoard alike)."""
         speed = {} if elapsed is None else {"examples_per_sec": round(float(counts.sum() / elapsed), 1)}
         for i, (loss, count) in enumerate(zip(losses, counts)):
@@ -538,8 +538,8 @@ class Controller:
 
     def test_pass(self) -> tuple[float, float]:
         """The test set's loss and accuracy; its time goes into the ETA (run at every checkpoint
-        and epoch end, it made an ETA of 0.55 s come true 8.7 s later), but not the first
-        pass's: counted at 3x, it predicted the end of a 15 s run 10 s late."""
+        and epoch end; left out, an ETA of 0.55 s comes true 8.7 s later), but not the first
+        pass's, which also traces: counted at 3x, it predicts the end of a 15 s run 10 s late."""
         started = time.perf_counter()
         result = self.runner.run_test(self.test_data)
         if self.tested_once:  # the process's first pass also traces the test step: 2-4x as long
@@ -565,7 +565,7 @@ TEST_EXAMPLE_COST = 0.5  # of a training example's time (measured 0.4-0.6 at 1 a
 
 
 def check_arguments(config, stop, on_record) -> None:
-    """Wrong types are refused with what is allowed (they were AttributeErrors deep inside, QA)."""
+    """Wrong types are refused with what is allowed, not as AttributeErrors deep inside."""
     if not isinstance(config, TrainConfig):
         raise DistcoreError(f"config must be a TrainConfig, not {type(config).__name__}: build one with "
                             "TrainConfig(...), TrainConfig.from_dict(d) from a dict, or resume_config(run_dir).")
@@ -580,7 +580,7 @@ def guess_test_seconds(config: TrainConfig, step_seconds: float) -> float:
     example takes a forward pass, a third of a training example's arithmetic, but a pass has
     its own overheads: 10,000 test images took 0.37-0.49 s at 9,000-10,000 training examples/s
     on a quiet machine, and about 0.6 of the training time per example on a busy one. Counting
-    nothing said "ETA 1s" for 8 s after a resume or before a new run's first checkpoint."""
+    nothing would say "ETA 1s" for 8 s after a resume or before a new run's first checkpoint."""
     return config.test_examples / config.global_batch * step_seconds * TEST_EXAMPLE_COST
 
 
@@ -601,7 +601,7 @@ def failure_message(err: BaseException) -> str:
     execution error:" and the Python stack that built the op; its reason comes after them."""
     if isinstance(err, DistcoreError):
         return str(err)
-    lines = [without_node_names(line).strip() for line in str(err).splitlines()]  # (the detail keeps them, QA)
+    lines = [without_node_names(line).strip() for line in str(err).splitlines()]  # the detail keeps node names
     reasons = [line for line in lines if line and line != "Graph execution error:"
                and not line.startswith(("Detected at node", 'File "'))]
     return f"{type(err).__name__}: {(reasons or [''])[0]}".rstrip(": ")

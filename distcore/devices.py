@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 
+from . import settings
 from .config import MAX_LOGICAL_CPUS, DistcoreError, check_int, device_set, parse_device_list  # noqa: F401
 
 
@@ -52,7 +53,7 @@ def intra_op_threads(replicas: int, cores: int | None = None) -> int:
     TensorFlow's default gives every op all the cores, and the replicas' ops run
     side by side on top of that: 2 replicas on 2 cores ask for 4 busy threads.
     One core share per replica measured 5% faster at 2 replicas and 11% at 4 on
-    a 2-core machine (medians of 9 runs each; README, Performance).
+    a 2-core machine (medians of 9 runs each; docs/performance.md).
     """
     cores = cpu_cores() if cores is None else cores
     return max(1, cores // max(1, replicas))
@@ -63,9 +64,9 @@ THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 def check_thread_variables() -> None:
     """TensorFlow's thread counts from the environment, checked before TensorFlow reads them:
-    -1 aborted the process with a C++ stack trace, and "abc" was taken in silence (QA)."""
+    -1 would abort the process with a C++ stack trace, and "abc" would be taken in silence."""
     for name in THREAD_VARIABLES:
-        value = os.environ.get(name, "").strip()
+        value = (settings.get(name) or "").strip()
         if value and not value.isdigit():
             raise DistcoreError(f"{name}={os.environ[name]!r} is not a number of threads: give a whole number "
                                 "(0: TensorFlow's default), or unset it.")
@@ -77,7 +78,7 @@ def intra_op_setting() -> int:
     import tensorflow as tf
 
     configured = tf.config.threading.get_intra_op_parallelism_threads()
-    env = os.environ.get("TF_NUM_INTRAOP_THREADS", "").strip()
+    env = (settings.get("TF_NUM_INTRAOP_THREADS") or "").strip()
     return configured or (int(env) if env.isdigit() else 0)
 
 
@@ -86,11 +87,11 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
 
     With `replicas` (CPU replicas that will train side by side), also give each op
     its share of the cores, unless TF_NUM_INTRAOP_THREADS or the caller's own
-    tf.config.threading setting already says how many (QA: a library user's was replaced).
+    tf.config.threading setting already says how many (a library user's is kept).
     """
     import tensorflow as tf
 
-    # (configure("4") was a TypeError, configure(0) and configure(17) were taken, QA)
+    # configure("4"), configure(0) and configure(17) are refused with a message, not a TypeError or taken
     logical_cpus = check_int("logical CPU devices", logical_cpus, high=MAX_LOGICAL_CPUS)
     replicas = check_int("replicas", replicas, low=0, high=MAX_LOGICAL_CPUS) if replicas is not None else None
     if replicas and "TF_NUM_INTRAOP_THREADS" not in os.environ and not tf.config.threading.get_intra_op_parallelism_threads():
@@ -119,7 +120,7 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
 def threads_differ(names) -> str | None:
     """Why a training on device set `names`, prepared in this process, may not match the same run
     from the CLI or the app (a process each), or None. TensorFlow takes the thread count once per
-    process: a notebook's later run on another replica count kept the first one's (QA)."""
+    process: a notebook's later run on another replica count keeps the first one's."""
     replicas = sum(name.startswith("cpu") for name in device_set(names))
     have = intra_op_setting()
     if not replicas or "TF_NUM_INTRAOP_THREADS" in os.environ or have == intra_op_threads(replicas):

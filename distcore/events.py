@@ -32,10 +32,10 @@ def writer(folder: Path):
 
 def series_writer(writer, tag: str):
     """A function that writes a chunk's scalars under `tag` in one call, `write(steps, values)`:
-    one eager `tf.summary.scalar` per step took 4 ms of every 20-step chunk, about 4% of a
+    one eager `tf.summary.scalar` per step takes 4 ms of every 20-step chunk, about 4% of a
     1-replica run's time, for what one traced call does in 0.5 ms. The events are the ones
     `tf.summary.scalar` writes: `tf.summary.write` with the scalar plugin's metadata, and the
-    tag as given (`tf.summary.scalar` in the traced loop prefixed it with "while/")."""
+    tag as given (`tf.summary.scalar` in the traced loop would prefix it with "while/")."""
     metadata = scalar_metadata.create_summary_metadata(display_name=None, description=None)
     loop.quiet_own_tracing("series_writer.<locals>.write")  # one per run: not a retrace
 
@@ -99,7 +99,7 @@ def read_events(path: Path) -> tuple[list, bool]:
     """One event file's events, and whether it ends in a torn record (a killed writer).
 
     Each TFRecord is its length (8 bytes), the length's CRC (4), the data and the data's CRC
-    (4). Read here by length alone: tf.data's reader took 0.34 s per 3000 records, and the
+    (4). Read here by length alone: tf.data's reader takes 0.34 s per 3000 records, and the
     other, tf_record_iterator, prints a deprecation warning."""
     data, at, events = path.read_bytes(), 0, []
     while at + 12 <= len(data):

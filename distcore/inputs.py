@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from . import settings
 from .config import DistcoreError, check_utf8_path
 from .data import home_folder
 
@@ -71,7 +72,7 @@ def distribute(strategy, make_examples, *, global_batch: int, api: str, policy: 
         # One replica in one process gets every example whichever way the data is
         # distributed. PER_REPLICA input that stays on the host hands it a plain tf.data
         # iterator instead of a MultiDeviceIterator, which made a 1-replica CPU step up to
-        # 9% slower in paired runs (README, "Performance").
+        # 9% slower in paired runs (docs/performance.md).
         options = tf.distribute.InputOptions(
             experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
             experimental_fetch_to_device=False)
@@ -95,8 +96,8 @@ def drop_later(pipeline: list) -> threading.Thread:
 
     Deleting a used iterator waits for the tf.data autotuning thread of each pipeline it
     holds (the host's, and one per device), and in TensorFlow 2.21 that thread can sleep
-    on for seconds after the iterator is cancelled: 0-25 s for a 2-replica epoch (README,
-    "Performance"). The deletion does not hold the GIL, so the next epoch trains meanwhile.
+    on for seconds after the iterator is cancelled: 0-25 s for a 2-replica epoch
+    (docs/performance.md). The deletion does not hold the GIL, so the next epoch trains meanwhile.
     The thread is not a daemon: a process that exits normally waits for it, as it would
     have waited for the deletion itself.
     """
@@ -130,9 +131,9 @@ def shuffled(ds: tf.data.Dataset, size: int, seed: int, epoch: int) -> tf.data.D
 def whole_global_batches(ds: tf.data.Dataset, examples: int, global_batch: int, api: str,
                          drop_remainder: bool) -> tf.data.Dataset:
     """drop_remainder drops the partial *global* batch. The function API shards the examples
-    between workers before it batches, so a worker whose shard is one example longer kept a
-    batch more than the others: 1983 examples in batches of 64 on 2 workers trained 31 steps,
-    the last one half full, not 30. Leaving those examples out first makes every shard whole."""
+    between workers before it batches, so a worker whose shard is one example longer would keep
+    a batch more than the others: 1983 examples in batches of 64 on 2 workers would train 31
+    steps, the last one half full, not 30. Leaving those examples out first makes every shard whole."""
     if drop_remainder and api == "function":
         return ds.take(examples // global_batch * global_batch)
     return ds
@@ -145,9 +146,9 @@ SEEDING = threading.Lock()
 @contextlib.contextmanager
 def seeded(seed: int):
     """The global seeds at `seed` while the caller builds what they seed (initial weights, a
-    shuffle's order), one caller at a time. Two trainings in two threads of one process each
-    followed the other's seed (QA: losses 0.45 apart from the same run alone), and a
-    Controller made after another shuffled that one's later epochs by its own seed."""
+    shuffle's order), one caller at a time. Otherwise two trainings in two threads of one process
+    each follow the other's seed (losses 0.45 apart from the same run alone), and a Controller
+    made after another shuffles that one's later epochs by its own seed."""
     with SEEDING:
         seed_everything(seed)
         yield
@@ -168,15 +169,15 @@ def cache_root() -> Path:
     user's own in the temporary folder."""
     home = home_folder()
     default = home / ".cache" / "distcore" if home else Path(tempfile.gettempdir()) / f"distcore-cache-{os.getuid()}"
-    return Path(os.environ.get("DISTCORE_CACHE_DIR") or default)
+    return Path(settings.get("DISTCORE_CACHE_DIR") or default)
 
 
 def make_shared_cache_root() -> None:
     """Make $DISTCORE_CACHE_DIR, when distcore is first to use it, writable by every user and
     sticky, as /tmp is: an image names one folder for all its users (`docker run --user`), and
-    the first user's 0755 folder refused the others any training-set size not cached yet (QA).
+    a first user's 0755 folder would refuse the others any training-set size not cached yet.
     Sticky: none can remove another's cache."""
-    chosen = os.environ.get("DISTCORE_CACHE_DIR")
+    chosen = settings.get("DISTCORE_CACHE_DIR")
     if chosen and not Path(chosen).exists():
         Path(chosen).mkdir(parents=True, exist_ok=True)
         os.chmod(chosen, 0o1777)
@@ -250,7 +251,7 @@ def from_records(files: list[str], *, seed: int | None = None, epoch: int = 0, l
 
 def train_records(data, train_examples: int) -> list[str]:
     # Named by the data's content, not only its size: another --data-dir of 60,000 images
-    # (a modified copy, say) trained on the first one's records. Hashing 47 MB takes ~0.1 s.
+    # (a modified copy, say) must not train on the first one's records. Hashing 47 MB takes ~0.1 s.
     digest = hashlib.blake2b(data.train_images.tobytes(), digest_size=8)
     digest.update(data.train_labels.tobytes())
     folder = cache_root() / f"fashion-mnist-train-{len(data.train_labels)}-{digest.hexdigest()}"
@@ -259,7 +260,7 @@ def train_records(data, train_examples: int) -> list[str]:
         make_shared_cache_root()
         return write_records(folder, data.train_images, data.train_labels)
     except OSError as err:
-        chosen = os.environ.get("DISTCORE_CACHE_DIR")  # (it said "set DISTCORE_CACHE_DIR" when it was set)
+        chosen = settings.get("DISTCORE_CACHE_DIR")  # when it is set, say what it is set to, not "set it"
         fix = (f"DISTCORE_CACHE_DIR is set to {chosen!r}: point it to a folder you can write" if chosen
                else "set DISTCORE_CACHE_DIR to a folder you can write")
         raise DistcoreError(f"cannot write the TFRecord cache in {folder} ({err.strerror or err}); {fix}.") from None

@@ -94,8 +94,8 @@ def pid_cmdline(pid) -> list[str]:
 
 def is_train_process(pid, run_dir: Path) -> bool:
     """True if pid is live and trains this run: a `distcore train` (or `cluster`) for it, or
-    a library caller's process that holds its lock, whose command line names no run (QA: a
-    running library run read "died", and Resume started a process the lock then refused)."""
+    a library caller's process that holds its lock, whose command line names no run (so a
+    library run reads as running, and Resume does not start a process the lock would refuse)."""
     if not runs.pid_alive(pid):
         return False
     return is_distcore_command(pid, run_dir) or runs.lock_holder(run_dir) == int(pid)
@@ -160,13 +160,13 @@ def check_not_training(run_dir) -> None:
 
 def how_to_stop(pid: int, run_dir: Path) -> str:
     """The advice for stopping process `pid`: a library caller's SIGTERM would end its whole
-    program, a notebook's kernel with every step since the last checkpoint (QA)."""
+    program, a notebook's kernel with every step since the last checkpoint."""
     if is_distcore_command(pid, run_dir):
         return f"Ctrl-C there, or kill -TERM {pid}"
     return f"it is a Python program that uses distcore as a library: {LIBRARY_STOP}"
 
 
-# How a library caller's run is stopped: a Controller made and not run holds the run too (QA).
+# How a library caller's run is stopped: a Controller made and not run holds the run too.
 LIBRARY_STOP = ("stop it there (Ctrl-C, or its StopFlag's set(), while it trains; close() or del a Controller "
                 "made and not run)")
 
@@ -174,12 +174,12 @@ LIBRARY_STOP = ("stop it there (Ctrl-C, or its StopFlag's set(), while it trains
 def shutting_down(run_dir, label: str, pid: int) -> str | None:
     """The refusal for a run whose status is final while its process `pid` still lives, else None.
     A cluster's launcher outlives the chief's "stopped" by seconds (it waits for its workers
-    to exit); "already training" was untrue of such a run."""
+    to exit), so such a run is "shutting down", not "already training"."""
     status = runs.read_status(run_dir) or {}
     if status.get("state") not in ("stopped", "finished", "failed"):
         return None
     # Written before this process was launched: it is the previous process's last word, and
-    # this one is starting (a second click on Resume was told the new run was "shutting down").
+    # this one is starting (a second click on Resume must not call the new run "shutting down").
     if not written_since_launch(run_dir, status, unknown=True):
         return None
     state = status["state"]
@@ -214,7 +214,8 @@ def folders(runs_root) -> list[Path]:
 
 def unlisted_runs(runs_root) -> list[str]:
     """Folders in the root that hold a run (a config.json) under a name the app does not
-    take (a copy named "my run (copy)"): never listed, they were passed over without a word."""
+    take (a copy named "my run (copy)"): never listed, they are named so as not to be passed
+    over without a word."""
     return sorted(p.name for p in folders(runs_root) if not runs.NAME.match(p.name) and (p / "config.json").is_file())
 
 
@@ -261,9 +262,9 @@ def start_training(runs_root, name: str, options: dict | list | None = None,
 
 @contextlib.contextmanager
 def launching(runs_root):
-    """One launch at a time in a runs folder, across processes: two apps on one folder both
-    said "Started" for one run, each with a process of its own (QA), as both checked before
-    either launched. Held from the checks until the new process shows (a few ms)."""
+    """One launch at a time in a runs folder, across processes, so two apps on one folder cannot
+    both check before either launches and both start a process for one run. Held from the
+    checks until the new process shows (a few ms)."""
     try:
         fd = os.open(Path(runs_root) / ".launching", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:  # an unwritable runs folder: the launch itself says so
@@ -296,7 +297,7 @@ def launch(run_dir: Path, name: str, options, resume: bool, workers: int) -> int
     except OSError as err:  # untracked, it could be neither followed nor stopped
         proc.kill()
         proc.wait()
-        if not resume:  # (its empty job.json and its log were listed as a run, "unknown", QA)
+        if not resume:  # its empty job.json and log would list as a run, "unknown"
             forget_new_run(run_dir, JOB_FILE, LOG_FILE)
         raise runs.unwritable(run_dir, err) from None
     # Popen returns while the kernel is still finishing the exec: /proc/PID/cmdline reads
@@ -312,7 +313,7 @@ def launch(run_dir: Path, name: str, options, resume: bool, workers: int) -> int
 
 def open_log(run_dir: Path, args: list[str], resume: bool):
     """The run's train.log, opened to append, the command written to it. A runs folder that
-    cannot be written is a plain error (a full disk was Gradio's bare "Error"), and a new
+    cannot be written is a plain error (not Gradio's bare "Error" on a full disk), and a new
     run's folder made for nothing is removed."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -414,13 +415,13 @@ def stop_own_runs(runs_root, timeout: float = 8.0) -> tuple[list[str], list[str]
 
     The app's answer to SIGTERM. `docker stop`, Kubernetes and service managers send it, then
     kill everything in the container after a grace period (Docker's: 10 s), the training
-    processes too, though they run in sessions of their own: every step since a run's last
-    checkpoint was lost (up to an epoch, QA), and the runs read "died". As PID 1 in a
-    container, the app without a handler did not even see the SIGTERM.
+    processes too, though they run in sessions of their own: without this, every step since a
+    run's last checkpoint (up to an epoch) is lost, and the runs read "died". As PID 1 in a
+    container, the app without a handler does not even see the SIGTERM.
     """
     own = own_runs(runs_root)
     # Each is signalled once ready_to_stop: a process still loading has no stop handler, and
-    # one signalled then died with no status, read as "unknown" (QA).
+    # one signalled then dies with no status, read as "unknown".
     waiting = dict(own)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(runs.pid_alive(pid) for pid in own.values()):
@@ -440,8 +441,8 @@ def stop_own_runs(runs_root, timeout: float = 8.0) -> tuple[list[str], list[str]
 
 def cluster_launcher(pid: int, run_dir: Path) -> int | None:
     """The `distcore cluster` that started chief `pid` of this run, if any. A cluster run from
-    the CLI has no job.json, and its status names the chief: signalled itself, it stopped the
-    run, but the launcher, never signalled, exited 0 (QA). The launcher passes a stop on."""
+    the CLI has no job.json, and its status names the chief; signalled alone, the chief would
+    stop the run while the launcher, never signalled, exits 0. The launcher passes a stop on."""
     parent = parent_pid(pid)
     if parent and "cluster" in pid_cmdline(parent) and is_distcore_command(parent, run_dir):
         return parent
@@ -524,7 +525,7 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
         # A live run: what its running status says, which is nothing after a chunk that traced
         # (and while starting, when the status still holds the previous process's numbers).
         # A final state is the metrics' though its process lives on: a cluster's launcher waits
-        # for its workers after the chief's "stopped", and the speed read "–" meanwhile.
+        # for its workers after the chief's "stopped", and the speed must not read "–" meanwhile.
         examples_per_sec=live.get("examples_per_sec") if live_speed(active, state) else mean_speed(metrics),
         eta_seconds=live.get("eta_seconds") if active else None,
         message=str(status.get("message") or "") or stalled_note(run_dir, status if active else {}),
@@ -535,9 +536,10 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
 
 
 def shown_total(run_dir: Path, status: dict, state: str) -> int:
-    """The run's total steps, as its status says. But a resume killed while it set up left its
-    new total in a "starting" status beside config.json, which only training would have changed:
-    it read "died · step 47 / 94", and a plain resume then said the run had finished (QA)."""
+    """The run's total steps, as its status says. But a resume killed while it sets up leaves
+    its new total in a "starting" status beside config.json, which only training would have
+    changed: such a run shows config.json's total (not "died · step 47 / 94"), matching what a
+    plain resume then trains to."""
     total = int(status.get("total_steps") or 0)
     if state != "died" or status.get("state") != "starting" or not (run_dir / "config.json").is_file():
         return total
@@ -551,8 +553,8 @@ STALLED_SECONDS = 120  # with no new status for this long (or 5 loops, if longer
 
 
 def stalled_note(run_dir: Path, status: dict, now: float | None = None) -> str:
-    """A note for a training process that has written no status for a long time: a hung one
-    read "running · ETA 5s" for good, and Stop answered "Stopping" each time, to no effect."""
+    """A note for a training process that has written no status for a long time, so a hung one
+    does not read "running · ETA 5s" for good while Stop answers "Stopping" to no effect."""
     if status.get("state") != "running" or not status.get("time"):
         return ""
     config, speed = runs.shown_config(run_dir)[0], status.get("examples_per_sec")
@@ -567,10 +569,10 @@ def stalled_note(run_dir: Path, status: dict, now: float | None = None) -> str:
 
 
 def mean_speed(metrics: list[dict]) -> float | None:
-    """An ended run's examples/s: its examples over its loops' time. It showed the last loop's
-    alone, which moved from 1,053 to 7,343 examples/s within one run (QA: a student quoted it).
-    The first loop of each process is left out, as it also traced (7-30 examples/s; older
-    versions logged its speed)."""
+    """An ended run's examples/s: its examples over its loops' time, not the last loop's alone,
+    which can move from 1,053 to 7,343 examples/s within one run. The first loop of each
+    process is left out, as it also traced (7-30 examples/s; runs written by older versions
+    logged its speed)."""
     examples = seconds = 0.0
     after_start, traced = False, None  # traced: the speed of the loop after a start or resume
     for r in metrics:
@@ -612,7 +614,7 @@ FINAL_EVENTS = ("finished", "stopped", "failed")
 
 def logged_end(run_dir: Path, status: dict, metrics: list[dict]) -> dict | None:
     """How a run ended, from its logs, when its process could not write status.json (disk
-    full, its folder read-only or moved): the run read "died ... (killed, or a crash)" at an
+    full, its folder read-only or moved), rather than "died ... (killed, or a crash)" at an
     old step. The metrics' last event if it ends the run, else, when metrics.jsonl could not
     be written either, the `error:` line the process ended train.log with (the app's runs);
     either only if written after the status (any, when status.json is missing or damaged)."""

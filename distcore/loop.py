@@ -33,7 +33,7 @@ class OwnTracingNotRetracing(logging.Filter):
 
     TensorFlow counts traces by the Python function's code, across all objects: each new
     StepRunner (a Controller, an evaluation) traces its own functions once, as it must, and
-    from the fifth in one process (a notebook's) TensorFlow warned of retracing in a loop.
+    from the fifth in one process (a notebook's) TensorFlow warns of retracing in a loop.
     Its warnings about other functions pass.
     """
 

@@ -57,7 +57,7 @@ def _conv2d_class():
     shape (kh, kw, 1, F), variables, checkpoint keys and layer name. TensorFlow's
     CPU kernels run the depthwise form of the tutorial CNN's first layer (28x28x1 ->
     26x26x32, a shape the general convolution kernels handle poorly) faster; the
-    values and gradients matched to the last bit on 1 thread (README, Performance).
+    values and gradients match to the last bit on 1 thread (docs/performance.md).
     """
     import keras
 

@@ -20,7 +20,7 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 _CELL_COLOURS = [
     [0.0, "#d9d9d9"], [0.33, "#d9d9d9"],
     [0.33, "#f5a623"], [0.66, "#f5a623"],
-    [0.66, "#3b6fc4"], [1.0, "#3b6fc4"],  # white labels on it: 4.9:1 (WCAG AA; #4a7fd4 was 3.98)
+    [0.66, "#3b6fc4"], [1.0, "#3b6fc4"],  # white labels on it: 4.9:1 (WCAG AA; #4a7fd4 gives 3.98)
 ]
 _CSV_COLUMNS = [
     "kind", "step", "epoch", "loss", "examples", "examples_per_sec",
@@ -30,8 +30,8 @@ _CSV_COLUMNS = [
 
 
 def count(n, noun: str) -> str:
-    """'1 replica', '2 replicas', '1 global batch', '3 global batches' ("1 replicas" was shown
-    for one device, "1 global batches" for a plan of one)."""
+    """'1 replica', '2 replicas', '1 global batch', '3 global batches': singular for one, never
+    "1 replicas" or "1 global batches"."""
     return f"{n} {noun}" + ("" if n == 1 else "es" if noun.endswith(("ch", "sh", "s", "x")) else "s")
 
 
@@ -51,7 +51,7 @@ def format_ids(ids: list[int], max_chars: int = 22) -> str:
     text = ",".join(parts)
     if len(text) <= max_chars:
         return text
-    # Whole runs only: cutting inside one showed 19520–19529 as "19520–195,…" (QA).
+    # Whole runs only: cutting inside one would show 19520–19529 as "19520–195,…".
     kept = []
     for part in parts:
         if len(",".join(kept + [part])) + 2 > max_chars:
@@ -105,8 +105,8 @@ def steps_heading(n_steps: int, global_batch: int, over: bool) -> str:
 
 MAX_LOSS_POINTS = 2000  # past that, each point of the loss plot is the mean of a few steps
 
-# A title at the top, below the toolbar a touch or a hover shows over the top 30 px: it covered
-# the title on a phone.
+# A title at the top, below the toolbar a touch or a hover shows over the top 30 px, which
+# would cover the title on a phone.
 BELOW_TOOLBAR = {"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 34}}
 
 
@@ -118,9 +118,9 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     global_batch = int(plan.get("global_batch") or 0)
     devices = plan.get("devices") or []
     rows = shown_steps(len(steps), max_rows)
-    # Plotly does not clip a cell's text: shuffled rows (no runs to shorten) spilt into the
-    # next cells at 8 replicas, or 3 on a phone. The hover has them all.
-    width = 22 if replicas <= 2 else 12 if replicas <= 4 else 9 if replicas <= 8 else 6  # (16: spilt at 9, QA)
+    # Plotly does not clip a cell's text: shuffled rows (no runs to shorten) would spill into
+    # the next cells at 8 replicas, or 3 on a phone. The hover has them all.
+    width = 22 if replicas <= 2 else 12 if replicas <= 4 else 9 if replicas <= 8 else 6  # (16 spills at 9)
     z, text, hover, ylabels = [], [], [], []
     for i, s in enumerate(rows):
         row = list(shown[s]) + [[]] * (replicas - len(shown[s]))
@@ -134,7 +134,7 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
                for r in range(replicas)]
     fig = go.Figure(go.Heatmap(
         z=z, x=xlabels, y=ylabels, text=text, customdata=hover,
-        texttemplate="%{text}", textfont={"size": 13 if replicas <= 8 else 10},  # (16 at 1024 px: overlapped)
+        texttemplate="%{text}", textfont={"size": 13 if replicas <= 8 else 10},  # (16 overlaps at 1024 px)
         hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
         colorscale=_CELL_COLOURS, zmin=0, zmax=2, showscale=False, xgap=3, ygap=3,
     ))
@@ -145,8 +145,8 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     if len(rows) < len(steps):
         title += f"<br><sup>showing the first {max_rows // 2} and last {max_rows - max_rows // 2} steps</sup>"
     fig.update_layout(
-        # At the top: plotly turns 5+ replicas' labels upright on a phone, and they reached up
-        # into a title placed in the middle of the margin.
+        # At the top: plotly turns 5+ replicas' labels upright on a phone, and they would reach
+        # up into a title placed in the middle of the margin.
         title={"text": title, "font": {"size": 15}, **BELOW_TOOLBAR,
                "pad": {"t": 34 if len(rows) == len(steps) else 54}},  # (plotly anchors a second line's)
         yaxis={"autorange": "reversed", "type": "category"},
@@ -233,7 +233,7 @@ MAX_TABLE_STEPS = 200
 def split_table(plan: dict, max_rows: int = MAX_TABLE_STEPS) -> str:
     """Every shown step's ids per replica as a table, folded away under the notes: the plot's
     cells show the first few ids and its hover the rest, which a keyboard or a screen reader
-    could not reach, and past 12 steps the middle ones are not drawn (accessibility QA)."""
+    cannot reach, and past 12 steps the middle ones are not drawn."""
     steps = plan.get("steps") or []
     if not steps:
         return ""
@@ -265,8 +265,8 @@ def step_records(metrics: list[dict]) -> list[dict]:
 
 def binned_losses(steps: list[dict], max_points: int = MAX_LOSS_POINTS) -> tuple[list, list, int, list]:
     """(steps, losses, k, first steps): one point a step, or past `max_points` steps, the mean
-    loss of each k consecutive steps at the last of them. Every point of a 20-epoch run made each
-    redraw, every 2 s while it trained, 479 KB and 0.25 s of the app's CPU per open page."""
+    loss of each k consecutive steps at the last of them. Every point of a 20-epoch run would make
+    each redraw, every 2 s while it trains, 479 KB and 0.25 s of the app's CPU per open page."""
     k = max(1, math.ceil(len(steps) / max_points))
     groups = [steps[i:i + k] for i in range(0, len(steps), k)]
     return ([g[-1]["step"] for g in groups], [sum(m["loss"] for m in g) / len(g) for g in groups], k,
@@ -300,7 +300,7 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float =
     steps = step_records(metrics)
     x, y, per_point, first = binned_losses(steps)
     # A binned point's hover names the steps it averages, not only its last one.
-    # (",d": the x value took the axis's "10.392k" beside a raw first step.)
+    # (",d": else the x value takes the axis's "10.392k" beside a raw first step.)
     ranged = {"customdata": first,
               "hovertemplate": "steps %{customdata:,d}–%{x:,d}<br>mean loss %{y:.4f}<extra></extra>"}
     fig = go.Figure(go.Scatter(
@@ -308,7 +308,7 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float =
         marker={"size": 4}, **(ranged if per_point > 1 else {}),
     ))
     # The checkpoints as one trace of vertical segments (on a hidden 0-1 axis): one add_vline
-    # each grew quadratically, 38 s for 400 checkpoints, at every redraw of a training run.
+    # each grows quadratically, 38 s for 400 checkpoints, at every redraw of a training run.
     if saved is None:
         saved = [m["step"] for m in metrics if m.get("event") == "checkpoint" and "step" in m]
     fig.add_trace(go.Scatter(
@@ -318,7 +318,7 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float =
     notes = ([f"each point: the mean of {per_point} steps"] if per_point > 1 else []) + (
         ["dotted lines: checkpoints"] if saved else [])  # (they have no legend)
     note = {"subtitle": {"text": " · ".join(notes)}} if notes else {}
-    # No legend: the title names the one line, and beside it the legend took 40% of a phone's width.
+    # No legend: the title names the one line, and beside it the legend takes 40% of a phone's width.
     fig.update_layout(title={"text": "Training loss per step" + (" (+ L2 penalty)" if l2 else ""), **note,
                              **BELOW_TOOLBAR}, xaxis_title="step",
                       yaxis_title="loss + L2 penalty" if l2 else "loss", showlegend=False,
@@ -344,11 +344,11 @@ def epoch_figure(metrics: list[dict], l2: float = 0) -> go.Figure:
             line={"color": colour, "dash": "solid" if key.startswith("train") else "dash"},
         ), row=1, col=col)
     fig.update_xaxes(title_text="epoch", dtick=1)
-    # The legend under the plots, not beside them: beside, it took 40% of a phone's width.
+    # The legend under the plots, not beside them: beside, it takes 40% of a phone's width.
     fig.update_layout(title={"text": "Loss and accuracy per epoch", **BELOW_TOOLBAR}, height=400,
                       margin={"l": 10, "r": 10, "t": 90, "b": 10},
                       legend={"orientation": "h", "x": 0, "y": -0.25})
-    # On two lines: on a phone the one line ran out of each half-width panel.
+    # On two lines: on a phone one line runs out of each half-width panel.
     return fig if epochs else _empty_note(fig, "no finished<br>epoch yet", panels=2)
 
 

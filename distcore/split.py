@@ -274,7 +274,7 @@ def tf_message(err) -> str:
 
 def shortened(text: str, limit: int = 800) -> str:
     """`text` whole, or cut after its last full sentence within `limit` characters: a cut at
-    400 stopped TensorFlow's advice mid-sentence ("... small files such that", QA)."""
+    400 would stop TensorFlow's advice mid-sentence ("... small files such that")."""
     if len(text) <= limit:
         return text
     end = text.rfind(". ", 0, limit)
@@ -378,14 +378,14 @@ def cluster_step_notes(plans: list[dict]) -> list[str]:
     notes += [f"Step {a} is a partial global batch {fact}." if a == b else
               f"Steps {a}–{b} are partial global batches {fact}." for a, b, fact in partial]
     # Under FILE every worker can take the empty piece of its own batch at the same turn: a
-    # step of nothing, which still runs ("a partial global batch (0 of 4)", QA).
+    # step of nothing, which still runs: it is named so, not "a partial global batch (0 of 4)".
     empty = step_runs([(k, "") for k, s in enumerate(steps, 1) if sum(s) == 0])
     notes += [f"Step {a} carries no example at all: every replica's piece is empty, and it still runs (an "
               "all-reduce of nothing)." if a == b else f"Steps {a}–{b} carry no example at all: every replica's "
               "piece is empty, and they still run (all-reduces of nothing)." for a, b, _ in empty]
     # Under FILE each worker batches its own files by G and hands a batch out over several
-    # steps, in every replica's piece size in turn: workers at the same turn sent 3+3 of G=5,
-    # and these steps were called full (QA).
+    # steps, in every replica's piece size in turn: workers at the same turn can send 3+3 of
+    # G=5, and such steps are not full but more than a global batch.
     over = step_runs([(k, f"{sum(s)} examples, more than a global batch of {g}, cut {slashed(s)}")
                       for k, s in enumerate(steps, 1) if sum(s) > g])
     notes += [f"Step {a} holds {fact}." if a == b else f"Steps {a}–{b} each hold {fact}." for a, b, fact in over]

@@ -36,13 +36,13 @@ SAME_REQUEST_SECONDS = 0.5
 REMIND_SECONDS = (60, 300)
 BEFORE_TRAINING = "stopped before training began"
 # The stop requests: handled here, passed on by the cluster launcher. SIGHUP is a closed
-# terminal: it ended a run at once, with no checkpoint and its status left "running" (QA).
+# terminal: by default it ends a run at once, with no checkpoint and its status left "running".
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class StopSignal(KeyboardInterrupt):
     """A stop request by a signal that is not Ctrl-C (SIGTERM, SIGHUP), taking Ctrl-C's way
-    out of a command: the CLI names it, where it said "stopped (Ctrl-C)." for all (QA)."""
+    out of a command: the CLI names it, rather than "stopped (Ctrl-C)." for all."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -52,7 +52,7 @@ class StopSignal(KeyboardInterrupt):
 def exit_status(signum: int | None) -> int:
     """A command's status after a stop request by signal `signum` (None: no signal): 128 +
     signum, as the shell reports a process the signal ended (130 for Ctrl-C), so a script's
-    `set -e` or `&&` does not go on as if it had finished (it exited 0, QA)."""
+    `set -e` or `&&` does not go on as if it had finished (exit 0)."""
     return 0 if signum is None else 128 + signum
 
 
@@ -87,8 +87,8 @@ class StopFlag:
     def __init__(self, run_dir=None, cluster: bool = False):
         # A plain attribute, not a threading.Event: it is set from signal handlers, and
         # Event.set takes a lock. A Ctrl-C reaches a launched worker twice (from the terminal,
-        # and passed on by the launcher); the second handler ran while the first held that
-        # lock, and waited for it forever. Its peers waited in the next all-reduce.
+        # and passed on by the launcher); the second handler can run while the first holds
+        # that lock, and would wait for it forever, its peers in the next all-reduce.
         self._requested = False
         self.signum = None  # the first stop signal (install's handler), for exit_status
         self.run_dir = Path(run_dir) if run_dir else None
@@ -136,8 +136,8 @@ class StopFlag:
     def notice_at_once(self) -> None:
         """Say on stderr, as each stop request comes, what happens now. Python runs a signal's
         handler only between the main thread's bytecodes, and that thread waits in TensorFlow's
-        call for a whole loop of steps: a Ctrl-C went unanswered for as long as the loop took,
-        and a second one seemed ignored (QA). The C handler writes each signal to the wakeup fd
+        call for a whole loop of steps: a Ctrl-C would go unanswered for as long as the loop
+        takes, and a second one would seem ignored. The C handler writes each signal to the wakeup fd
         at once, and a thread reads it there (TensorFlow lets go of the GIL while it trains)."""
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
@@ -154,7 +154,7 @@ class StopFlag:
                     kind = requests.arrive()
                     if kind == FIRST:
                         # Its arrival order: the handlers of signals that waited for TensorFlow's
-                        # call run in the order of their numbers (a Ctrl-C after a SIGTERM made it 130).
+                        # call run in the order of their numbers (a Ctrl-C after a SIGTERM would make it 130).
                         self.signum = signum
                         os.write(2, b"\ndistcore: stopping at the end of this loop of steps, with a checkpoint.\n")
                     elif kind == AGAIN:
@@ -165,8 +165,8 @@ class StopFlag:
         """Write a 'starting' status naming this process, so it can be stopped from now on
         (not over another run's status: a new run into a used directory is refused later; one
         whose run never trained is not, runs.never_trained).
-        A resume keeps the step it resumes from, with its own total: the previous process's
-        total read "starting · step 938 / 938" under a full bar until training began."""
+        A resume keeps the step it resumes from, with its own total: with the previous process's
+        total it would read "starting · step 938 / 938" under a full bar until training begins."""
         if self.run_dir is None or not self.run_dir.is_dir():
             return
         self.resuming = resume
@@ -193,7 +193,7 @@ class StopFlag:
 
     def withdraw(self) -> None:
         """Put back the status `announce` replaced: the flags were refused before anything was
-        done (a resume with --replicas 17 marked a finished run "failed")."""
+        done (a resume refused for --replicas 17 leaves a finished run "finished", not "failed")."""
         if self.announced_over:
             put_status_back(self.run_dir, os.getpid(), self.announced_over)
 
@@ -212,9 +212,9 @@ class StopFlag:
     @contextlib.contextmanager
     def interrupts(self):
         """Around the training loop of a library caller: Ctrl-C (a notebook's interrupt) stops
-        it as the CLI's does, at the end of the current loop with a checkpoint. It raised
-        KeyboardInterrupt inside the loop, which lost the steps since the last checkpoint and
-        marked the run failed. A second Ctrl-C interrupts at once. Not where a handler of
+        it as the CLI's does, at the end of the current loop with a checkpoint, rather than
+        raise KeyboardInterrupt inside the loop, which would lose the steps since the last
+        checkpoint and mark the run failed. A second Ctrl-C interrupts at once. Not where a handler of
         someone else's is in place (the CLI's is this flag's own), nor off the main thread."""
         if (threading.current_thread() is not threading.main_thread()
                 or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
@@ -285,8 +285,8 @@ def remove_autograph_files() -> None:
     """Remove the source files autograph wrote for this process's converted functions.
 
     Autograph writes each one to the temporary folder and removes it in an atexit handler,
-    which a process that leaves with os._exit skips: every `python -m distcore train` left
-    7 files in /tmp, thousands in a day of runs. Their modules stay in sys.modules.
+    which a process that leaves with os._exit skips: each `python -m distcore train` would
+    leave 7 files in /tmp, thousands in a day of runs. Their modules stay in sys.modules.
     """
     for name, module in list(sys.modules.items()):
         if name.startswith(AUTOGRAPH_MODULE_PREFIX):

@@ -25,6 +25,52 @@ LOGICAL_CPUS = 8
 devices.configure(LOGICAL_CPUS, replicas=2)  # threads as a 2-replica job has them, whatever test runs first
 
 
+# Test tiers. A test is `slow` when it runs TensorFlow work: it trains, plans a split, evaluates,
+# checks the loss, starts a `python -m distcore` process that imports TensorFlow, starts the app
+# with its planner, or drives a browser. `pytest -m "not slow"` (the fast tier) runs the rest in
+# about a minute; CI runs both tiers. A test is slow when
+#   - its module is in SLOW_MODULES (every test there does TensorFlow work), or
+#   - it uses a fixture in SLOW_FIXTURES (each trains, or starts the planner), or
+#   - it carries @pytest.mark.slow itself (modules that mix fast and slow tests).
+# Every other test is fast, a new module's too: a module that trains, plans or evaluates goes in
+# SLOW_MODULES, or its slow tests take @pytest.mark.slow. A test that is not slow and starts
+# TensorFlow's runtime in this process fails and says so (the fast tier never starts it, so there
+# each such test is caught); one that only starts a TensorFlow process is not seen by that check
+# and must be marked by hand.
+SLOW_MODULES = {
+    "test_browser", "test_checkpoints", "test_controller", "test_events", "test_faults",
+    "test_inputs", "test_loop", "test_losscheck", "test_many_users", "test_model", "test_optimizer",
+    "test_security",
+}
+SLOW_FIXTURES = {"trained_run", "finished_run", "planner"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = getattr(getattr(item, "module", None), "__name__", "")
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
+def tensorflow_started() -> bool:
+    """Whether TensorFlow's runtime has started in this process (its eager context is initialised);
+    importing TensorFlow or configuring its devices does not start it."""
+    module = sys.modules.get("tensorflow.python.eager.context")
+    context = module.context_safe() if module else None
+    return bool(getattr(context, "_initialized", False))
+
+
+@pytest.fixture(autouse=True)
+def fast_tests_start_no_tensorflow(request):
+    """A test that is not marked slow fails if it starts TensorFlow's runtime, so the fast tier stays fast."""
+    checked = not request.node.get_closest_marker("slow") and not tensorflow_started()
+    yield
+    if checked and tensorflow_started():
+        pytest.fail(f"{request.node.nodeid} starts TensorFlow but is not marked slow: add its module to "
+                    "SLOW_MODULES in tests/conftest.py or mark the test @pytest.mark.slow", pytrace=False)
+
+
 def wait_for(predicate, timeout=120, poll=0.2):
     """The predicate's first truthy value within `timeout` seconds, else its last value."""
     deadline = time.monotonic() + timeout

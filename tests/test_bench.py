@@ -16,6 +16,7 @@ from conftest import ROOT
 from distcore import bench, devices
 
 
+@pytest.mark.slow
 def test_bench_json_shape_and_positive_numbers():
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     args = ["bench", "--replicas", "1,2", "--steps", "4", "--repeats", "1", "--warmup", "2",
@@ -67,7 +68,7 @@ def test_bench_json_shape_and_positive_numbers():
         assert abs(profile["distcore_step_vs_step_only"] - ratio) < 0.01
     assert report["split"]["steps"] == 64 and 0 < report["split_plan_seconds"] < 60
     assert report["machine"]["cores"] >= 1 and report["machine"]["tensorflow"]
-    if "cpu family" in open("/proc/cpuinfo").read():  # a host's move to another CPU shows (QA)
+    if "cpu family" in open("/proc/cpuinfo").read():  # a host's move to another CPU shows
         assert "cpu family" in report["machine"]["cpu"] and "model " in report["machine"]["cpu"]
     assert set(report["targets"]) >= {"ceiling_share@1", "vs_tutorial@2", "vs_keras_fit@1", "peak_memory_gib",
                                       "first_step_seconds", "split_plan_seconds"}
@@ -114,7 +115,7 @@ def test_a_target_above_what_step_only_reached_is_out_of_reach():
         "ceiling_share@2": (False, False),  # 0.8 wanted; even step_only reached 0.65
         "vs_tutorial@2": (True, True),
         "vs_keras_fit@2": (False, True),  # missed, but step_only shows a loop could get there
-        # QA: "out of reach for any loop" where distcore itself beat step_only (disturbed by other load)
+        # not "out of reach for any loop" where distcore itself beat step_only (disturbed by other load)
         "ceiling_share@4": (False, None), "vs_tutorial@4": (True, True), "vs_keras_fit@4": (False, None),
     }
     assert "no bound" in targets["vs_keras_fit@4"]["note"]
@@ -129,7 +130,7 @@ def test_bad_replica_list_is_a_user_error():
 
 
 def test_a_replica_count_over_the_limit_names_the_limit(capsys):
-    # Issue: --replicas 17 said "must be a comma-separated list of counts, e.g. 1,2,4", not what the limit is.
+    # --replicas 17 is told the limit, not "must be a comma-separated list of counts, e.g. 1,2,4".
     from distcore import cli
 
     assert cli.main(["bench", "--replicas", "1,17", "--json"]) == 2
@@ -142,9 +143,10 @@ def test_a_replica_count_over_the_limit_names_the_limit(capsys):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.slow
 def test_a_stopped_bench_leaves_no_worker_and_no_file_behind(tmp_path, sig):
-    # QA: SIGTERM to `bench` left its contenders' processes measuring for up to 75 s; killed
-    # with the bench instead, they left autograph's files in TMPDIR. SIGHUP killed it outright.
+    # SIGTERM or SIGHUP stops `bench` through its clean-ups: no contender goes on measuring (up to
+    # 75 s), none is killed with the bench leaving autograph's files in TMPDIR.
     from conftest import wait_for
 
     args = ["bench", "--replicas", "1", "--steps", "4", "--repeats", "1", "--warmup", "2", "--quick", "--json"]
@@ -167,15 +169,16 @@ def test_a_stopped_bench_leaves_no_worker_and_no_file_behind(tmp_path, sig):
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 128 + sig and "Traceback" not in stderr, stderr[-2000:]
-    assert stderr.splitlines()[-1] == f"stopped ({sig.name}).", stderr[-2000:]  # (it said "Ctrl-C")
+    assert stderr.splitlines()[-1] == f"stopped ({sig.name}).", stderr[-2000:]  # (not "Ctrl-C")
     alive = lambda pid: status(pid) and "State:\tZ" not in status(pid)  # noqa: E731 (a zombie is gone)
     assert not any(alive(pid) for pid in children)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_stop_while_a_one_off_worker_measures_leaves_no_file_behind(tmp_path):
-    # QA: a stop while the ceiling worker ran (subprocess.run, which kills its child at once)
-    # left that worker's autograph file in TMPDIR, 2 times in 4.
+    # A stop while the ceiling worker runs leaves no autograph file of it in TMPDIR (subprocess.run,
+    # which kills its child at once, left one 2 times in 4).
     from conftest import wait_for
 
     args = ["bench", "--replicas", "1", "--steps", "4", "--repeats", "1", "--warmup", "2", "--quick", "--json"]

@@ -95,6 +95,7 @@ EXPECTED["auto"] = EXPECTED["file"]  # with files to shard, AUTO shards by file
 
 
 @pytest.mark.parametrize("policy", ["data", "off", "file", "auto"])
+@pytest.mark.slow
 def test_shard_policies_across_two_workers(policy):
     result, out = worker_split(policy, files=2)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -106,9 +107,10 @@ def test_shard_policies_across_two_workers(policy):
 
 @pytest.mark.parametrize("send, said, code", [(lambda pid: os.killpg(pid, signal.SIGINT), "Ctrl-C", 130),
                                               (lambda pid: os.kill(pid, signal.SIGTERM), "SIGTERM", 143)])
+@pytest.mark.slow
 def test_ctrl_c_stops_a_split_across_workers_as_it_stops_a_split(tmp_path, send, said, code):
-    # QA: "error: worker 0 exited with status 130; ... Its log ends: stopped (Ctrl-C)." and exit 2.
-    # A SIGTERM to the launcher alone (passed on to the workers) said "stopped (Ctrl-C)." too.
+    # A stop ends the split as the stop it is (130 or 143, named), not "error: worker 0 exited with
+    # status 130; ... Its log ends: stopped (Ctrl-C)." and exit 2; a SIGTERM is not called Ctrl-C.
     proc = subprocess.Popen([sys.executable, "-m", "distcore", "split", "--workers", "2", "--examples", "12",
                              "--global-batch", "4"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -121,6 +123,7 @@ def test_ctrl_c_stops_a_split_across_workers_as_it_stops_a_split(tmp_path, send,
     assert "error:" not in stderr
 
 
+@pytest.mark.slow
 def test_auto_on_an_in_memory_dataset_falls_back_to_data():
     result, out = worker_split("auto", files=0)
     assert [w["steps"] for w in out["workers"]] == EXPECTED["data"]
@@ -128,6 +131,7 @@ def test_auto_on_an_in_memory_dataset_falls_back_to_data():
 
 
 @pytest.mark.parametrize("policy", ["file", "auto"])
+@pytest.mark.slow
 def test_file_policy_with_fewer_files_than_workers_shows_tensorflows_error(policy):
     result, out = worker_split(policy, files=1)  # AUTO too: with files it shards by FILE, no fallback
     assert result.returncode == 2
@@ -160,13 +164,14 @@ def worker_pid(launcher_pid, index):
     raise AssertionError("worker not found")
 
 
+@pytest.mark.slow
 def test_file_and_off_train_across_workers_only_with_the_function_api(tmp_path):
     refused = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "off"), "--policy", "off", timeout=60)
     assert refused.returncode == 2 and "shard policy OFF cannot train across 2 workers" in refused.stderr
     assert not (tmp_path / "off").exists()
     # The function API shards in its own input function; the in-memory test set is not FILE-sharded.
     # 1983 examples: shards of 992 and 991, and drop_remainder still means 30 whole global batches
-    # of 64 (worker 0's shard held a 31st batch of its own, trained when a chunk ended past 30).
+    # of 64 (worker 0's shard must not hold a 31st batch of its own, trained when a chunk ends past 30).
     done = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "fn"), "--policy", "file", "--api",
                "function", "--drop-remainder", "--train-examples", "1983", "--test-examples", "300",
                "--steps-per-loop", "7", "--json")
@@ -176,12 +181,14 @@ def test_file_and_off_train_across_workers_only_with_the_function_api(tmp_path):
     assert [r["step"] for r in steps] == list(range(1, 31)) and {r["examples"] for r in steps} == {64}
 
 
+@pytest.mark.slow
 def test_function_api_drop_remainder_across_workers_drops_the_partial_global_batch():
     result, out = worker_split("auto", files=0, examples=7, api="function", drop=True)
     assert [w["steps"] for w in out["workers"]] == [[[[0, 2]]], [[[1, 3]]]]  # not [4, 6] against []
     assert any("left out 3 of the 7" in n for n in out["notes"])
 
 
+@pytest.mark.slow
 def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
@@ -216,7 +223,10 @@ def test_a_killed_worker_ends_the_job_clearly_and_resume_finishes(tmp_path):
     assert steps == list(range(1, 201))  # every step once: the lost steps' records were rolled back
     final = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-200"][0]
     evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json").stdout)
-    assert evaluated["accuracy"] == final["test_accuracy"] and final["test_accuracy"] > 0.7
+    # Tested on 2 workers (32 each), evaluated with no strategy (64): a prediction whose top two logits tie
+    # to within float32 rounding may go either way, one of the 500 (+0.5 for the quotients).
+    assert evaluated["accuracy"] == pytest.approx(final["test_accuracy"], abs=1.5 / 500)
+    assert final["test_accuracy"] > 0.7
 
 
 def finish(proc, timeout):
@@ -239,6 +249,7 @@ def wait_for_step(proc, step):
             return
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_worker_at_one_step(tmp_path):
     run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
@@ -248,7 +259,7 @@ def test_ctrl_c_stops_every_worker_at_one_step(tmp_path):
     assert sorted(p.name for p in scratch.glob("*.pid")) == sorted(f"worker-{worker_pid(proc.pid, i)}.pid" for i in (0, 1))
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does: the whole process group
     code, stderr = finish(proc, timeout=120)
-    assert code == 130, stderr[-2000:]  # as the shell reports a Ctrl-C (it said 0: a script went on)
+    assert code == 130, stderr[-2000:]  # as the shell reports a Ctrl-C (not 0, on which a script goes on)
     assert "passing the stop on to the 2 workers" in stderr
     status = runs.read_status(run_dir)
     assert status["state"] == "stopped" and 10 <= status["step"] < 200
@@ -257,9 +268,10 @@ def test_ctrl_c_stops_every_worker_at_one_step(tmp_path):
     assert left_behind(tmp) == []
 
 
+@pytest.mark.slow
 def test_stops_that_come_after_the_run_finished_leave_it_finished(tmp_path):
-    # QA: a SIGTERM (the app's Stop) 0.5-2 s after "finished" killed worker 0 while it left,
-    # and the launcher marked the finished run failed.
+    # A SIGTERM (the app's Stop) 0.5-2 s after "finished" does not kill worker 0 while it leaves,
+    # and the finished run stays finished.
     run_dir = tmp_path / "run"
     proc = start_cluster(run_dir, "--train-examples", "1280", "--epochs", "1")
     for line in proc.stdout:
@@ -275,6 +287,7 @@ def test_stops_that_come_after_the_run_finished_leave_it_finished(tmp_path):
     assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r][-1] == "finished"
 
 
+@pytest.mark.slow
 def test_a_stop_reaching_only_the_chief_during_start_up_stops_both(tmp_path):
     # The chief must not leave alone before training: worker 1 would wait for it forever.
     run_dir = tmp_path / "run"
@@ -295,9 +308,10 @@ def test_a_stop_reaching_only_the_chief_during_start_up_stops_both(tmp_path):
     assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r] == ["start", "stopped"]
 
 
+@pytest.mark.slow
 def test_a_stop_passed_on_before_the_workers_handlers_are_in_place_stops_them_at_step_0(tmp_path):
-    # QA: Stop a few seconds after Start ended "worker 0 was killed by SIGTERM" and the run "died":
-    # the launcher passed the signal on to a worker still starting Python, before its stop handler.
+    # Stop a few seconds after Start, passed on to a worker still starting Python (before its
+    # stop handler), stops it at step 0, not "worker 0 was killed by SIGTERM" and the run "died".
     run_dir = tmp_path / "run"
     run_dir.mkdir()  # as the app makes it
     proc = start_cluster(run_dir)
@@ -318,7 +332,7 @@ def test_a_stop_passed_on_before_the_workers_handlers_are_in_place_stops_them_at
     assert [r["event"] for r in runs.read_metrics(run_dir) if "event" in r] == ["start", "stopped"]
 
 
-# Workers started by hand, one per host, as in the README's multi-host recipe (no launcher).
+# Workers started by hand, one per host, as in docs/clusters.md's multi-host recipe (no launcher).
 BARE = ["train", "--multi-worker", "--train-examples", "640", "--test-examples", "100", "--max-steps", "10",
         "--steps-per-loop", "5"]
 
@@ -356,6 +370,7 @@ def wait_until_waiting_for_peers(proc, timeout=120):
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_bare_worker_waiting_for_a_peer_that_never_comes_leaves_when_asked_twice(tmp_path):
     # TensorFlow holds the GIL in its start-up barrier: without the watcher, no Ctrl-C gets through.
     run_dir = tmp_path / "run"
@@ -373,7 +388,7 @@ def test_a_bare_worker_waiting_for_a_peer_that_never_comes_leaves_when_asked_twi
             alone.kill()
     stderr = alone.stderr.read()
     assert "ask again to leave now" in stderr and "leaving now" in stderr
-    peer = json.loads(config)["cluster"]["worker"][1]  # it said what it waited for, before the Ctrl-C
+    peer = json.loads(config)["cluster"]["worker"][1]  # it says what it waits for, before the Ctrl-C
     said = f"worker 0: waiting for the other workers ({peer}) to connect. Ctrl-C stops every worker at step 0"
     assert stderr.index(said) < stderr.index("ask again to leave now")
     status = runs.read_status(run_dir)
@@ -381,9 +396,10 @@ def test_a_bare_worker_waiting_for_a_peer_that_never_comes_leaves_when_asked_twi
     assert connect_watchers(alone.pid) == []
 
 
+@pytest.mark.slow
 def test_a_chief_killed_while_it_waits_is_started_again_by_the_same_command(tmp_path):
-    # QA: its config.json stayed (SIGKILL, or a second Ctrl-C), so the same command said the folder
-    # "already holds a run", and every worker had to be restarted with --resume.
+    # Its config.json stays (SIGKILL, or a second Ctrl-C), yet the same command starts the run,
+    # not told the folder "already holds a run" nor needing every worker restarted with --resume.
     run_dir, configs = tmp_path / "run", cluster.local_tf_configs(2)
     dead = start_bare_worker(configs[0], run_dir)
     wait_until_waiting_for_peers(dead)
@@ -397,9 +413,10 @@ def test_a_chief_killed_while_it_waits_is_started_again_by_the_same_command(tmp_
     assert runs.read_status(run_dir)["state"] == "finished"
 
 
+@pytest.mark.slow
 def test_a_bare_worker_resuming_that_leaves_while_it_waits_leaves_the_run_as_it_was(tmp_path):
-    # As a resume interrupted while it sets up (retest QA): it read "stopped before training
-    # began" with the new total beside a config.json of the old one.
+    # As a resume interrupted while it sets up: not "stopped before training began" with the new
+    # total beside a config.json of the old one.
     run_dir = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--train-examples", "640",
                     "--test-examples", "100", "--max-steps", "4", "--steps-per-loop", "2"], cwd=ROOT, check=True,
@@ -428,7 +445,7 @@ def test_workers_of_the_launcher_do_not_announce_their_wait(monkeypatch, capfd):
 
 def test_a_worker_still_waiting_for_its_peers_says_again_what_may_be_wrong(monkeypatch, capfd):
     # TensorFlow's start-up barrier has no end of its own: a worker given another worker list
-    # than its peers' waited, silent after its first line, for as long as it was left.
+    # than its peers' would wait, silent after its first line, for as long as it is left.
     monkeypatch.delenv(stopping.LAUNCHED_ENV, raising=False)
     monkeypatch.setattr(stopping, "REMIND_SECONDS", (1, 1))
     with stopping.StopFlag(cluster=True).while_connecting(announce="worker 1: waiting", remind="worker 1: still"):
@@ -441,6 +458,7 @@ def test_a_worker_still_waiting_for_its_peers_says_again_what_may_be_wrong(monke
     assert [stopping.waited(s) for s in (45, 60, 3599, 7500)] == ["45 s", "1 min", "59 min", "2 h 5 min"]
 
 
+@pytest.mark.slow
 def test_bare_workers_asked_once_while_connecting_stop_together_at_step_0(tmp_path):
     run_dir = tmp_path / "run"
     configs = cluster.local_tf_configs(2)
@@ -462,6 +480,7 @@ def test_bare_workers_asked_once_while_connecting_stop_together_at_step_0(tmp_pa
     assert [connect_watchers(p.pid) for p in procs] == [[], []]
 
 
+@pytest.mark.slow
 def test_bare_workers_given_different_flags_stop_before_training_and_say_what_differs(tmp_path):
     # Before the check: --global-batch 64 against 32 "finished at step 63 of 32", and different
     # --steps-per-loop waited in mismatched all-reduces forever.
@@ -471,7 +490,7 @@ def test_bare_workers_given_different_flags_stop_before_training_and_say_what_di
     procs = [start_bare_worker(configs[0], run_dir, tmp=tmp),
              start_bare_worker(configs[1], run_dir, "--global-batch", "32", "--steps-per-loop", "3", tmp=tmp)]
     codes = wait_all(procs)
-    assert list(tmp.glob("distcore-worker-*")) == []  # worker 1's scratch folder: it was left behind
+    assert list(tmp.glob("distcore-worker-*")) == []  # worker 1's scratch folder is removed too
     stderr = [p.stderr.read() for p in procs]
     assert codes == [2, 2], stderr
     differ = "worker 1's flags differ from worker 0's: --global-batch 32 (worker 0: 64), --steps-per-loop 3 (worker 0: 5)."
@@ -483,9 +502,10 @@ def test_bare_workers_given_different_flags_stop_before_training_and_say_what_di
     runs.check_new(run_dir)  # the same commands with the flags fixed start it: it held "a run" before
 
 
+@pytest.mark.slow
 def test_a_resume_by_bare_workers_given_different_flags_leaves_the_run_as_it_was(tmp_path):
-    # QA: a finished run read "failed · 63 / 126" beside its config.json of 63 steps, as no other
-    # refused resume leaves a run.
+    # A finished run stays finished, not "failed · 63 / 126" beside its config.json of 63 steps,
+    # as every other refused resume leaves a run.
     run_dir = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "distcore", "train", *BARE[2:], "--run-dir", str(run_dir), "--max-steps", "4"],
                    cwd=ROOT, check=True, capture_output=True, timeout=300)
@@ -498,8 +518,9 @@ def test_a_resume_by_bare_workers_given_different_flags_leaves_the_run_as_it_was
     assert {name: (run_dir / name).read_text() for name in before} == before
 
 
+@pytest.mark.slow
 def test_a_bare_worker_refused_before_it_connects_says_its_peers_wait_for_it(tmp_path):
-    # Its peers wait in TensorFlow's start-up barrier with no end: it said only what was wrong.
+    # Its peers wait in TensorFlow's start-up barrier with no end: it says so, beside what is wrong.
     config = json.loads(cluster.local_tf_configs(2)[1])
     config["task"]["index"] = 2
     proc = start_bare_worker(json.dumps(config), tmp_path / "run")
@@ -507,8 +528,9 @@ def test_a_bare_worker_refused_before_it_connects_says_its_peers_wait_for_it(tmp
     assert f"does not name a member of the cluster {config['cluster']}. {cluster.PEERS_WAIT}" in proc.stderr.read()
 
 
+@pytest.mark.slow
 def test_two_bare_workers_given_the_same_index_are_told_so(tmp_path):
-    # The second was told the run "is being trained by process N right now: stop it", its twin.
+    # The second is told of the shared task index, not only that its twin trains the run.
     run_dir = tmp_path / "run"
     config = cluster.local_tf_configs(2)[0]
     first = start_bare_worker(config, run_dir)
@@ -521,8 +543,9 @@ def test_two_bare_workers_given_the_same_index_are_told_so(tmp_path):
             f"give each its own, 0 to 1. {cluster.PEERS_WAIT}") in second.stderr.read()
 
 
+@pytest.mark.slow
 def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_same_commands_then_start_the_run(tmp_path):
-    # It crashed with TensorFlow's traceback, exit 1, and left the status "starting" with a dead pid.
+    # Exit 2 with a message and a "failed" status, not TensorFlow's traceback, exit 1 and "starting".
     run_dir = tmp_path / "run"
     configs = cluster.local_tf_configs(2)
     address = json.loads(configs[0])["cluster"]["worker"][0]
@@ -536,8 +559,8 @@ def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_same_commands_t
     assert f"error: {said} {cluster.PEERS_WAIT}" in stderr and "Traceback" not in stderr
     status = runs.read_status(run_dir)
     assert status["state"] == "failed" and status["message"] == f"{said} {cluster.PEERS_WAIT}"
-    # The port is free again: the same commands start the run (it "already held a run", and
-    # with --resume the worker still waiting, started without, was told the flags differ).
+    # The port is free again: the same commands start the run (not "already holds a run", nor,
+    # with --resume, flags that differ from the worker still waiting, started without).
     procs = [start_bare_worker(config, run_dir) for config in configs]
     codes = wait_all(procs)
     assert codes == [0, 0], [p.stderr.read()[-2000:] for p in procs]
@@ -558,8 +581,8 @@ class Ended:
 
 
 def test_a_worker_killed_by_a_signal_is_blamed_over_one_that_exited_after_it(tmp_path):
-    # Worker 1 was SIGKILLed; worker 0 then failed over its lost peer and left at once, so one
-    # poll found both. The launcher blamed worker 0 ("exited with status 2").
+    # Worker 1 is SIGKILLed; worker 0 then fails over its lost peer and leaves at once, so one
+    # poll finds both. Worker 1 is blamed, not worker 0 ("exited with status 2").
     outcome = cluster.watch([Ended(2), Ended(-signal.SIGKILL)], tmp_path, None)
     assert outcome.failed == 1 and outcome.message.startswith("worker 1 was killed by SIGKILL")
     assert cluster.watch([Ended(0), Ended(2)], tmp_path, None).failed == 1
@@ -579,8 +602,8 @@ class Hung(Ended):
 
 
 def test_a_worker_that_stopped_responding_is_named_beside_the_one_that_exited(tmp_path, monkeypatch):
-    # QA: worker 1 stopped (SIGSTOP); worker 0 found it through TensorFlow's heartbeats and exited,
-    # and the launcher named only worker 0.
+    # Worker 1 stops (SIGSTOP); worker 0 finds it through TensorFlow's heartbeats and exits: the
+    # launcher names worker 1 too, not worker 0 alone.
     (tmp_path / "worker-0.log").write_text(
         "E0000 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort UNAVAILABLE: Error reported "
         "from /job:worker/task:1: The following tasks are unhealthy (stopped sending heartbeats):\n"
@@ -605,6 +628,7 @@ def tfjob_command(run_dir) -> str:
 
 
 @pytest.mark.parametrize("chief_died_waiting", [False, True])
+@pytest.mark.slow
 def test_the_tfjob_pods_agree_on_resume_when_one_starts_late(tmp_path, chief_died_waiting):
     # Each pod chose --resume by config.json, which the chief writes before it waits for its
     # peers: a pod started later resumed alone, and both exited 2.
@@ -645,9 +669,10 @@ def stop_while_counting_gpus(*args):
     return proc, child[0]
 
 
+@pytest.mark.slow
 def test_a_resumed_cluster_stopped_before_launch_leaves_the_run_as_it_was(tmp_path):
-    # Retest QA: it read "stopped 752/940" beside a config.json of 752 steps, and a plain resume
-    # then said "already finished at step 752 of 752" (train --resume already left it as it was).
+    # Not "stopped 752/940" beside a config.json of 752 steps, after which a plain resume would say
+    # "already finished at step 752 of 752" (as train --resume leaves it too).
     run_dir = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--train-examples", "640",
                     "--test-examples", "100", "--max-steps", "2"], cwd=ROOT, check=True, capture_output=True,
@@ -657,15 +682,16 @@ def test_a_resumed_cluster_stopped_before_launch_leaves_the_run_as_it_was(tmp_pa
     assert {name: (run_dir / name).read_text() for name in before} == before
 
 
+@pytest.mark.slow
 def test_a_stop_while_the_launcher_counts_gpus_stops_it_cleanly(tmp_path):
-    # SIGTERM there ended it silently (exit 143) and left the GPU-counting child running.
+    # SIGTERM there stops it as before training, not silently (exit 143) with the GPU-counting child left running.
     _, child = stop_while_counting_gpus("--run-dir", str(tmp_path / "run"))
-    assert not os.path.exists(f"/proc/{child}")  # (it was its GPU count: no worker had started)
+    assert not os.path.exists(f"/proc/{child}")  # (the child was its GPU count: no worker has started)
     assert not (tmp_path / "run").exists()
 
 
 def test_a_killed_launchers_scratch_folder_goes_once_its_workers_are_gone_too(tmp_path, monkeypatch):
-    # Issue (QA): a `cluster` launcher killed with SIGKILL left its workers' folder in /tmp for good.
+    # A `cluster` launcher killed with SIGKILL does not leave its workers' folder in /tmp for good.
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -129,8 +129,8 @@ def test_split_config_either_validates_or_says_why(examples, batch, files):
 
 
 def test_numpy_integers_and_device_arrays_are_read_as_plain_values():
-    # Issue: np.int64(64) was refused as "global batch size (np.int64(64)) must be a whole number from 1
-    # to 65536", and a numpy array of device names raised "truth value of an array is ambiguous".
+    # np.int64(64) is taken (not "global batch size (np.int64(64)) must be a whole number from 1 to
+    # 65536"), and so is a numpy array of device names (not "truth value of an array is ambiguous").
     config = TrainConfig(devices=np.array(["cpu:0", "cpu:1"]), global_batch=np.int64(64), epochs=np.int32(2),
                          seed=np.uint16(3))
     assert (config.devices, config.global_batch, config.epochs, config.seed) == (CPUS2, 64, 2, 3)
@@ -145,7 +145,7 @@ def test_numpy_integers_and_device_arrays_are_read_as_plain_values():
 
 @pytest.mark.parametrize("value", ["False", "false", "", 0, 1, None])
 def test_drop_remainder_must_be_true_or_false(value):
-    # Issue: drop_remainder="False" was read as True (bool("False")), in TrainConfig and in the planner.
+    # drop_remainder="False" is not read as True (bool("False")), in TrainConfig or in the planner.
     for make in (lambda: TrainConfig(devices=CPUS2, drop_remainder=value),
                  lambda: SplitConfig(examples=8, global_batch=4, devices=CPUS2, drop_remainder=value),
                  lambda: SplitConfig(examples=8, global_batch=4, devices=CPUS2, map_after_batch=value)):
@@ -155,7 +155,7 @@ def test_drop_remainder_must_be_true_or_false(value):
 
 
 def test_both_configs_suggest_a_batch_that_divides_by_the_replicas():
-    # Issue: TrainConfig's message named no batch that would do; SplitConfig's said "try 63".
+    # Both messages name a global batch that would do, never a bare "try 63".
     cpus3 = ("cpu:0", "cpu:1", "cpu:2")
     with pytest.raises(DistcoreError) as train:
         TrainConfig(devices=cpus3, global_batch=64, api="function")
@@ -167,8 +167,8 @@ def test_both_configs_suggest_a_batch_that_divides_by_the_replicas():
 
 
 def test_a_data_dir_is_kept_as_an_absolute_path_in_text(tmp_path, monkeypatch):
-    # Issue: data_dir=Path(...) was accepted, then writing config.json failed ("Object of type PosixPath
-    # is not JSON serializable"); a relative one was saved relative, so it broke from another folder.
+    # data_dir=Path(...) is stored as text (else config.json fails: "Object of type PosixPath is not JSON
+    # serializable"), and absolute, so it still names the folder from another one.
     monkeypatch.chdir(tmp_path)
     assert TrainConfig(devices=CPUS2, data_dir=Path("dcopy")).data_dir == str(tmp_path / "dcopy")
     assert json.loads(json.dumps(TrainConfig(devices=CPUS2, data_dir="d/../e").to_dict()))["data_dir"] == str(tmp_path / "e")
@@ -186,8 +186,8 @@ def test_a_bool_is_not_a_number_for_float_fields_either():
 
 
 def test_a_configuration_or_its_changes_of_the_wrong_type_are_refused_plainly(tmp_path):
-    # QA: from_dict(["cpu:0"]) said "the configuration has no devices."; resume_config(run,
-    # ["epochs"]) raised a TypeError.
+    # from_dict(["cpu:0"]) and resume_config(run, ["epochs"]) say what they need, not "the
+    # configuration has no devices." or a TypeError.
     from distcore import runs
     with pytest.raises(DistcoreError, match="^a configuration must be a dict of its fields, not list.$"):
         TrainConfig.from_dict(["cpu:0"])

@@ -94,8 +94,8 @@ def step_losses(run_dir):
 
 
 def test_two_trainings_in_two_threads_each_follow_their_own_seed(tmp_path, uninterrupted):
-    # QA: the global seeds are the process's, and each run was built and shuffled with the
-    # other's (losses up to 0.45 from the same run alone). The second epoch's shuffle too.
+    # The global seeds are the process's, yet each run is built and shuffled with its own, not
+    # the other's (losses up to 0.45 from the same run alone). The second epoch's shuffle too.
     configs = {"a": small(), "b": small(seed=11, devices=cpus(2)[::-1])}
     Controller(configs["b"], tmp_path / "b-alone").run()
     results = {}
@@ -173,8 +173,8 @@ def test_resume_can_extend_but_not_change_the_model(tmp_path):
     Controller(small(epochs=1, max_steps=4), tmp_path / "r").run()
     with pytest.raises(DistcoreError, match=r"model 'cnn' -> 'mlp'.*start a new run"):
         resume_config(tmp_path / "r", {"model": "mlp"})
-    # Issue: a changed API with other devices was refused for the mix ("must divide evenly by
-    # the number of replicas (3)") instead of for the change, which no resume may make.
+    # A changed API with other devices is refused for the change, which no resume may make, not
+    # for the mix ("must divide evenly by the number of replicas (3)").
     with pytest.raises(DistcoreError, match=r"api 'dataset' -> 'function'"):
         resume_config(tmp_path / "r", {"api": "function", "global_batch": "64", "devices": cpus(3)})
     # A library caller who skips resume_config is refused the same: a batch of 32 resumed "4 batches"
@@ -204,9 +204,9 @@ def test_resume_can_extend_but_not_change_the_model(tmp_path):
 
 
 def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_does(tmp_path):
-    # QA: run() after close() trained without the run's lock, beside a CLI resume of the same run,
-    # and a second run() said "ValueError: I/O operation on closed file."; a Controller closed
-    # unrun left its run "starting" (read as died) and its name taken.
+    # run() after close() is refused (unlocked, it would train beside a CLI resume of the same
+    # run), a second run() too (not "ValueError: I/O operation on closed file."), and a Controller
+    # closed unrun leaves its run stopped, its name free, not "starting" (read as died).
     never = Controller(small(epochs=1), tmp_path / "never")
     never.close()
     with pytest.raises(DistcoreError, match=r"has let go of .*never \(it ran, or close\(\) was called\): to train "
@@ -224,13 +224,13 @@ def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_d
     config_before = (tmp_path / "never" / "config.json").read_text()
     with Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never", resume=True):
         assert runs.read_status(tmp_path / "never")["state"] == "starting"
-    # A resume closed unrun leaves the run as it was (it read "stopped before training began"),
-    # its config.json too (it kept max_steps 4: a plain resume then trained on, QA).
+    # A resume closed unrun leaves the run as it was (not "stopped before training began"), its
+    # config.json too (not max_steps 4, on which a plain resume would train on).
     assert runs.read_status(tmp_path / "never") == before and runs.list_checkpoints(tmp_path / "never") == ["ckpt-2"]
     assert (tmp_path / "never" / "config.json").read_text() == config_before
     with pytest.raises(DistcoreError, match="already finished at step 2 of 2"):  # not trained on
         resume_config(tmp_path / "never")
-    # Interrupted while it sets up (a notebook's Ctrl-C): as it was too (it read "stopped before
+    # Interrupted while it sets up (a notebook's Ctrl-C): as it was too (not "stopped before
     # training began" at step 2 of 4, beside a config.json of max_steps 4).
     def interrupted(*_):
         raise KeyboardInterrupt
@@ -241,7 +241,7 @@ def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_d
     assert runs.read_status(tmp_path / "never") == before
     assert (tmp_path / "never" / "config.json").read_text() == config_before
     dropped = Controller(small(epochs=1), tmp_path / "dropped")
-    del dropped  # as a notebook's next cell drops it: as close() leaves it (it read "died", its name taken)
+    del dropped  # as a notebook's next cell drops it: as close() leaves it (not "died" with its name taken)
     gc.collect()
     assert runs.read_status(tmp_path / "dropped")["state"] == "stopped"
     assert Controller(small(epochs=1, max_steps=2), tmp_path / "dropped").run()["state"] == "finished"
@@ -250,7 +250,7 @@ def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_d
 
 
 def test_ctrl_c_in_a_library_caller_stops_with_a_checkpoint(tmp_path):
-    # It raised KeyboardInterrupt in the loop: the run "failed", its steps since the last checkpoint lost.
+    # Not KeyboardInterrupt in the loop, which would fail the run and lose its steps since the last checkpoint.
     script = ("import sys; from distcore.config import TrainConfig; from distcore.controller import Controller; "
               "print(Controller(TrainConfig(devices=('cpu:0',), epochs=50, train_examples=1000, test_examples=100, "
               "steps_per_loop=4), sys.argv[1]).run(), flush=True)")
@@ -269,8 +269,8 @@ def test_ctrl_c_in_a_library_caller_stops_with_a_checkpoint(tmp_path):
 
 
 def test_a_second_ctrl_c_reads_stopped_with_what_was_lost_and_an_on_record_error_still_ends_the_run(tmp_path):
-    # QA: a notebook's second Ctrl-C (KeyboardInterrupt in run()) marked the run "failed",
-    # "KeyboardInterrupt"; a callback that raised again on the "failed" record left it "running".
+    # A notebook's second Ctrl-C (KeyboardInterrupt in run()) marks the run "stopped", not "failed",
+    # "KeyboardInterrupt"; a callback that raises again on the "failed" record does not leave it "running".
     def interrupt_at_step_10(record):
         if record.get("step") == 10 and "loss" in record:
             raise KeyboardInterrupt
@@ -336,7 +336,7 @@ def test_a_failure_message_gives_tensorflows_reason_not_its_stack():
     assert "\n" not in message and "File " not in message
     assert failure_message(DistcoreError("said for people")) == "said for people"
     assert failure_message(OSError("the disk went away")) == "OSError: the disk went away"
-    # TensorFlow's internal node name before the reason is left out (QA); status.json's detail keeps it.
+    # TensorFlow's internal node name before the reason is left out; status.json's detail keeps it.
     node = ("{{function_node __wrapped__CollectiveReduceV2_Nordering_token_1_device_/job:worker/replica:0/task:0/"
             "device:CPU:0}} Collective ops is aborted by: Error reported from /job:worker/task:1: The following "
             "tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have "
@@ -361,7 +361,7 @@ def test_a_resume_with_nothing_left_to_train_is_refused(uninterrupted):
         resume_config(uninterrupted, {"max_steps": 20})
     assert resume_config(uninterrupted, {"epochs": 3}).total_steps() == 48
     assert (uninterrupted / "config.json").read_text() == before
-    # A library caller's Controller checks it too (QA: "finished at step 32 of 16", config.json rewritten).
+    # A library caller's Controller checks it too (not "finished at step 32 of 16", config.json rewritten).
     status = runs.read_status(uninterrupted)
     for fewer in ({"epochs": 1}, {"max_steps": 20}):
         with pytest.raises(DistcoreError, match="already trained 32"):
@@ -370,8 +370,8 @@ def test_a_resume_with_nothing_left_to_train_is_refused(uninterrupted):
 
 
 def test_a_set_up_that_fails_or_is_interrupted_leaves_the_run_as_a_retry_needs_it(tmp_path, monkeypatch):
-    # QA (library): Ctrl-C in a notebook while a Controller set up left config.json, the lock
-    # and a "starting" status, and the next try "already holds a run".
+    # Ctrl-C in a notebook while a Controller sets up leaves no config.json, lock or "starting"
+    # status, so the next try does not find the folder "already holds a run".
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
     with monkeypatch.context() as patched:
@@ -388,7 +388,7 @@ def test_a_set_up_that_fails_or_is_interrupted_leaves_the_run_as_a_retry_needs_i
 
 
 def test_a_stop_at_the_start_event_waits_for_the_loop(tmp_path):
-    # QA: a stop between the start event and the loop ended the process: "start", and no end.
+    # A stop between the start event and the loop waits for the loop: a "start", then an end.
     class Flag(StopFlag):
         def exit_before_training(self):
             raise AssertionError("ended the process with the start logged and no end")
@@ -400,8 +400,8 @@ def test_a_stop_at_the_start_event_waits_for_the_loop(tmp_path):
 
 
 def test_a_controller_dropped_without_running_lets_go_of_its_run(tmp_path):
-    # QA (library): a notebook cell run again took the name of a Controller never run; its
-    # run stayed locked ("held by another Controller in this process") for the kernel's life.
+    # A notebook cell run again takes the name of a Controller never run; its run does not stay
+    # locked ("held by another Controller in this process") for the kernel's life.
     trainer = Controller(small(epochs=1, max_steps=2), tmp_path / "r")
     del trainer
     gc.collect()  # the same cell, run again, starts it (nothing was trained: the name is free again)
@@ -429,7 +429,7 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(tmp_path):
 
 
 def test_a_checkpoint_saved_but_never_logged_is_tested_when_resumed_from(tmp_path):
-    # QA: a SIGKILL between a checkpoint's save and its log record left it untested for good.
+    # A SIGKILL between a checkpoint's save and its log record: the resume tests and logs it.
     run_dir = tmp_path / "r"
     Controller(small(epochs=1, max_steps=8, checkpoint_every=4), run_dir).run()
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -472,7 +472,7 @@ def test_a_workers_scratch_folder_replaces_those_of_dead_workers(tmp_path, monke
 
 def test_the_chunk_that_traced_reports_no_speed_or_eta(tmp_path, monkeypatch):
     # A process's first chunk is one step that also traces the step function: its time per
-    # step says nothing about the rest (after a resume it showed an ETA of minutes for seconds).
+    # step says nothing about the rest (after a resume it would show an ETA of minutes for seconds).
     statuses = []
     set_status = Controller.set_status
     monkeypatch.setattr(Controller, "set_status",
@@ -487,8 +487,8 @@ def test_the_chunk_that_traced_reports_no_speed_or_eta(tmp_path, monkeypatch):
 
 
 def test_an_epochs_first_chunk_is_not_timed_and_the_status_keeps_the_last_speed(tmp_path, monkeypatch):
-    # QA: an epoch's first chunk starts its iterator (a shuffle of the whole epoch), often in
-    # a few steps to the next loop boundary: 44-800 examples/s among ~5,000, an ETA of 5 min for 55 s.
+    # An epoch's first chunk starts its iterator (a shuffle of the whole epoch), often in a few
+    # steps to the next loop boundary: timed, 44-800 examples/s among ~5,000, an ETA of 5 min for 55 s.
     statuses = []
     set_status = Controller.set_status
     monkeypatch.setattr(Controller, "set_status", lambda self, state, **extra: statuses.append(
@@ -505,8 +505,8 @@ def test_an_epochs_first_chunk_is_not_timed_and_the_status_keeps_the_last_speed(
 
 
 def test_the_eta_counts_the_test_passes_still_to_come(tmp_path, monkeypatch):
-    # Issue: the ETA counted training steps only, while a test pass runs at every checkpoint
-    # and epoch end: an ETA of 0.55 s came true 8.7 s later.
+    # The ETA counts the test passes too, one at every checkpoint and epoch end: counting
+    # training steps only, an ETA of 0.55 s comes true 8.7 s later.
     config = TrainConfig(devices=cpus(1), epochs=2, train_examples=640, checkpoint_every=4)  # 10 steps an epoch
     assert remaining_test_passes(config, 0, 20) == 6  # steps 4, 8, 10, 12, 16, 20
     assert remaining_test_passes(config, 10, 20) == 3 and remaining_test_passes(config, 20, 20) == 0
@@ -532,8 +532,8 @@ def test_the_eta_counts_the_test_passes_still_to_come(tmp_path, monkeypatch):
 
 
 def test_a_mistyped_data_dir_leaves_no_run_behind(tmp_path):
-    # Issue: `train --data-dir /nonexistent` refused, but left config.json, so the corrected
-    # command was refused as "already holds a run".
+    # `train --data-dir /nonexistent` is refused and leaves no config.json, so the corrected
+    # command is not refused as "already holds a run".
     config = TrainConfig(devices=cpus(1), train_examples=128, test_examples=64, max_steps=1)
     with pytest.raises(DistcoreError, match="lacks train-images"):
         Controller(config.replace(data_dir=str(tmp_path / "no-such-folder")), tmp_path / "run")
@@ -543,9 +543,9 @@ def test_a_mistyped_data_dir_leaves_no_run_behind(tmp_path):
 
 def test_a_relative_data_dir_resumes_from_anywhere_and_a_missing_one_falls_back_with_a_note(
         tmp_path, monkeypatch, fmnist):
-    # Issue: config.json kept --data-dir dcopy as given, so --resume and evaluate from another folder
-    # failed with "--data-dir dcopy lacks ...", blaming a flag the user never passed. Then a folder
-    # that is gone (a run copied from another machine) could not be evaluated or resumed in the
+    # config.json holds --data-dir dcopy as an absolute path, so --resume and evaluate from another
+    # folder find it (not "--data-dir dcopy lacks ...", a flag the user never passed). A folder
+    # that is gone (a run copied from another machine) can still be evaluated or resumed in the
     # app, which has no data folder field: the usual places are searched, and the run says so.
     copy = tmp_path / "dcopy"
     copy.mkdir()
@@ -570,7 +570,7 @@ def test_a_relative_data_dir_resumes_from_anywhere_and_a_missing_one_falls_back_
 
 
 def test_a_logs_folder_that_cannot_be_written_is_a_clear_error(tmp_path):
-    # Issue: a PermissionDeniedError / FailedPreconditionError traceback from CreateSummaryFileWriter.
+    # A DistcoreError, not a PermissionDeniedError / FailedPreconditionError traceback from CreateSummaryFileWriter.
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     (run_dir / "logs").write_text("a file where TensorBoard's folder goes")
@@ -580,8 +580,8 @@ def test_a_logs_folder_that_cannot_be_written_is_a_clear_error(tmp_path):
 
 
 def test_a_run_whose_threads_differ_from_a_new_processs_is_warned_of(tmp_path):
-    # QA: a notebook's runs on other replica counts kept the first one's threads per op, and
-    # their losses left the CLI's from step 5 without a word.
+    # A notebook's runs on other replica counts keep the first one's threads per op, and their
+    # losses leave the CLI's from step 5: a warning says so.
     if "TF_NUM_INTRAOP_THREADS" in os.environ:
         pytest.skip("the variable sets the threads of every process alike")
     have = devices.intra_op_setting()

@@ -42,7 +42,7 @@ def test_missing_data_says_how_to_get_it(tmp_path, monkeypatch):
 
 
 def test_search_order_keras_cache_before_debian(fmnist, tmp_path, monkeypatch):
-    # Keras's cache as Keras finds it: under $KERAS_HOME when set (only ~/.keras was looked in).
+    # Keras's cache as Keras finds it: under $KERAS_HOME when set, not only ~/.keras.
     cache = copy_data(fmnist, tmp_path / "kh" / "datasets" / "fashion-mnist")
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "kh"))
     monkeypatch.delenv("DISTCORE_DATA_DIR", raising=False)
@@ -64,8 +64,8 @@ def test_a_download_keras_kept_in_tmp_is_found(fmnist, tmp_path, monkeypatch):
 
 
 def test_a_user_with_no_home_finds_the_debian_files_and_gets_a_cache_folder(monkeypatch):
-    # QA: `env -i` or `--user 12345` (no $HOME, no passwd entry): Path.home() raised "Could not
-    # determine home directory." and training failed with a traceback, the Debian files there.
+    # `env -i` or `--user 12345` (no $HOME, no passwd entry): Path.home() raises "Could not determine
+    # home directory.", yet training finds the Debian files, with no traceback.
     import pwd
 
     from distcore import inputs
@@ -85,7 +85,7 @@ def test_a_user_with_no_home_finds_the_debian_files_and_gets_a_cache_folder(monk
 def test_an_explicit_folder_missing_files_is_an_error_not_a_fallback(tmp_path, monkeypatch):
     with pytest.raises(DistcoreError, match=r"^--data-dir \(data_dir=\) .* lacks train-images"):
         data.load(tmp_path)
-    (tmp_path / "a-file").write_text("")  # (it said the file "lacks" the four files, QA)
+    (tmp_path / "a-file").write_text("")  # called a file, not said to "lack" the four files
     with pytest.raises(DistcoreError, match="a-file is a file, not a folder: name the folder that holds train-images"):
         data.load(tmp_path / "a-file")
     # The variable too: a mistyped one trained on Debian's copy without a word.
@@ -95,8 +95,8 @@ def test_an_explicit_folder_missing_files_is_an_error_not_a_fallback(tmp_path, m
 
 
 def test_a_runs_saved_folder_that_is_gone_falls_back_to_the_usual_places_and_says_so(fmnist, tmp_path, monkeypatch):
-    # Issue: a run copied from a colleague named their --data-dir; the app, with no data folder
-    # field, could neither evaluate nor resume it though this machine has the data.
+    # A run copied from a colleague names their --data-dir; the app, with no data folder field,
+    # can still evaluate and resume it when this machine has the data.
     monkeypatch.delenv("DISTCORE_DATA_DIR", raising=False)
     gone, config_json, notes = tmp_path / "theirs", tmp_path / "run" / "config.json", []
     found = data.locate(str(gone), saved_in=config_json, on_note=notes.append)

@@ -49,6 +49,7 @@ def test_counts_prefer_gpus_and_fall_back_to_logical_cpus():
         devices.resolve(replicas=2, devices="cpu:0")
 
 
+@pytest.mark.slow
 def test_a_strategy_gets_one_replica_per_logical_cpu():
     strategy = devices.make_strategy(("cpu:0", "cpu:1", "cpu:2"))
     assert strategy.num_replicas_in_sync == 3
@@ -77,18 +78,20 @@ def threads_in_a_fresh_process(env_threads=None, own=""):
     return [int(x) for x in out.stdout.split()]
 
 
+@pytest.mark.slow
 def test_a_two_replica_process_gives_each_op_its_share_and_a_users_setting_wins():
     share = devices.intra_op_threads(2)
     assert threads_in_a_fresh_process() == [share, share]
     assert threads_in_a_fresh_process("3") == [3, 0]  # TensorFlow reads the variable itself
-    # A library caller's own setting, made before distcore's, was replaced (QA).
+    # A library caller's own setting, made before distcore's, is kept.
     assert threads_in_a_fresh_process(own="import tensorflow as tf; "
                                           "tf.config.threading.set_intra_op_parallelism_threads(3); ") == [3, 3]
 
 
+@pytest.mark.slow
 def test_a_second_device_set_in_one_process_is_told_its_threads_differ_from_a_new_process():
-    # QA: a notebook's 1-replica run after a 2-replica one kept 1 thread per op (a new process
-    # uses 2), so its losses left the CLI's from step 5, without a word.
+    # A notebook's 1-replica run after a 2-replica one keeps 1 thread per op (a new process
+    # uses 2), so its losses leave the CLI's from step 5: it is warned of.
     env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
     code = ("from distcore import devices; devices.make_strategy(('cpu:0', 'cpu:1')); "
             "print(devices.threads_differ(('cpu:0', 'cpu:1'))); print(devices.threads_differ(('cpu:1',)))")
@@ -116,9 +119,10 @@ def test_configure_refuses_what_no_configuration_allows(args):
         devices.configure(*args)
 
 
+@pytest.mark.slow
 def test_a_strategy_reads_its_devices_as_a_device_set():
-    # Issue: "cpu:0,cpu:1" raised an IndexError in prepare, ("cpu:0", "cpu:0") TensorFlow's
-    # "AssertionError: No duplicates allowed".
+    # "cpu:0,cpu:1" works in prepare (not an IndexError), and ("cpu:0", "cpu:0") is refused with
+    # distcore's message, not TensorFlow's "AssertionError: No duplicates allowed".
     assert devices.make_strategy("CPU:0, cpu:1").num_replicas_in_sync == 2
     with pytest.raises(DistcoreError, match="device cpu:0 is listed twice"):
         devices.make_strategy(("cpu:0", "cpu:0"))

@@ -69,8 +69,8 @@ def test_logs_it_cannot_rewrite_are_a_clear_error(tmp_path):
 
 
 def test_summaries_that_cannot_be_written_are_a_plain_error(tmp_path):
-    # Issue (QA): on a full disk the writer's flush ended training with TensorFlow's
-    # ResourceExhaustedError traceback (exit 1), and the run read "died".
+    # On a full disk the writer's flush fails the run with the folder named, not TensorFlow's
+    # ResourceExhaustedError traceback (exit 1) and a run that reads "died".
     with tmpfs(tmp_path / "disk", "size=64k") as disk:
         writer = events.writer(disk / "logs")
         fill_disk(disk)

@@ -150,7 +150,7 @@ def test_damaged_newest_checkpoint_falls_back_and_says_so(tmp_path, how, expecte
             checkpoints.evaluate(run_dir, "ckpt-20")
 
 
-# What a restore under MultiWorkerMirroredStrategy raised when a peer died in it (QA's run).
+# What a restore under MultiWorkerMirroredStrategy raises when a peer dies in it (from a real run).
 LOST_PEER = ("{{function_node __wrapped__CollectiveReduceV2_device_/job:worker/replica:0/task:0/device:CPU:0}} "
              "Collective ops is aborted by: The following tasks are unhealthy (stopped sending heartbeats): "
              "/job:worker/replica:0/task:1")
@@ -212,9 +212,9 @@ def test_a_full_disk_is_a_clear_error_and_the_last_good_checkpoint_stays_latest(
 
 
 def test_a_disk_full_before_set_up_is_a_clear_error_and_a_failure_is_still_recorded(tmp_path):
-    # QA: a disk already full when a run started ended `train` in a traceback from the run's
-    # lock (the app's run read "unknown"); with a little room, a run that then failed stayed
-    # "starting" (read as "died"), as its status.json could not be replaced.
+    # A disk already full when a run starts is a DistcoreError, not a traceback from the run's
+    # lock (and a run reading "unknown"); with a little room, a run that then fails is marked
+    # "failed" in place, not left "starting" (read as "died") for want of room to replace it.
     with tmpfs(tmp_path / "disk", "size=1m") as mount:
         (mount / "old").mkdir()
         runs.write_status(mount / "old", {"state": "starting", "pid": 1, "step": 0})
@@ -227,8 +227,8 @@ def test_a_disk_full_before_set_up_is_a_clear_error_and_a_failure_is_still_recor
 
 
 def test_a_disk_full_when_training_begins_leaves_the_run_failed(tmp_path):
-    # QA (retest): with 16 KiB free, config.json and status.json fitted, the start event did not,
-    # and the run stayed "starting" (read as died): the start event was outside the failure path.
+    # With 16 KiB free, config.json and status.json fit and the start event does not: the start
+    # event is inside the failure path, so the run is "failed", not left "starting" (read as died).
     with tmpfs(tmp_path / "disk", "size=2m") as mount:
         controller = Controller(config(), mount / "r")
         fill_disk(mount)
@@ -245,8 +245,8 @@ def test_a_read_only_run_directory_is_a_clear_error(tmp_path):
 
 
 def test_a_metrics_log_that_cannot_grow_fails_the_run_plainly(tmp_path):
-    # Issue (QA): a full metrics.jsonl ended in a traceback from MetricsLog.close, and left
-    # status.json "running", so the app said the run "died ... (killed, or a crash)".
+    # A full metrics.jsonl fails the run with a message, not a traceback from MetricsLog.close,
+    # and status.json says "failed", not "running" (which the app calls "died ... (killed, or a crash)").
     import resource
 
     def small_files():

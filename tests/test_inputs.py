@@ -63,7 +63,7 @@ def test_the_tfrecord_cache_belongs_to_the_data_it_was_written_from(tmp_path, mo
 
 
 def test_an_unusable_cache_dir_is_named_as_set_or_not(fmnist, tmp_path, monkeypatch):
-    # Issue: the error ended "; set DISTCORE_CACHE_DIR." even when it was set (to the folder that failed).
+    # When DISTCORE_CACHE_DIR is set (to the folder that failed), the error says so, not "; set DISTCORE_CACHE_DIR."
     from distcore import data
     from distcore.config import DistcoreError
 
@@ -80,7 +80,7 @@ def test_an_unusable_cache_dir_is_named_as_set_or_not(fmnist, tmp_path, monkeypa
     monkeypatch.setenv("HOME", str(afile))  # the default, ~/.cache/distcore
     with pytest.raises(DistcoreError, match=r"\(Not a directory\); set DISTCORE_CACHE_DIR to a folder you can write\.$"):
         inputs.train_records(few, 16)
-    # QA: in an ASCII locale a cache path read as surrogates ended in a traceback, rc 1.
+    # In an ASCII locale a cache path read as surrogates is refused with a message, not a traceback, rc 1.
     monkeypatch.setenv("DISTCORE_CACHE_DIR", str(tmp_path / "ca \udcff"))  # the byte 0xff, not UTF-8
     with pytest.raises(DistcoreError, match=r"^the TFRecord cache .*ca \\udcff/fashion-mnist-train-16-\w+ is not "
                                             r"UTF-8 text as this process read it"):
@@ -88,8 +88,8 @@ def test_an_unusable_cache_dir_is_named_as_set_or_not(fmnist, tmp_path, monkeypa
 
 
 def test_a_cache_dir_distcore_makes_is_open_to_every_user_as_tmp_is(fmnist, tmp_path, monkeypatch):
-    # QA: the image's DISTCORE_CACHE_DIR, made 0755 by its first user, refused every other user
-    # of the container (`docker run --user`) each training-set size not cached yet.
+    # The image's DISTCORE_CACHE_DIR, made by its first user, is writable by every other user of
+    # the container (`docker run --user`), for each training-set size not cached yet.
     from distcore import data
 
     few = data.subset(fmnist, 16, 16)

@@ -53,6 +53,7 @@ def test_options_to_args():
     assert jobs.options_to_args(["--epochs", 2]) == ["--epochs", "2"]
 
 
+@pytest.mark.slow
 def test_run_cli_json_returns_json_and_raises_the_cli_message():
     assert jobs.run_cli_json(["devices"], timeout=120)["max_logical_cpus"] >= 2
     with pytest.raises(DistcoreError, match="larger than the dataset"):
@@ -104,6 +105,7 @@ def test_a_trainer_is_recognised_by_a_relative_run_dir_in_either_form(tmp_path, 
         proc.wait()
 
 
+@pytest.mark.slow
 def test_short_training_finishes_and_is_reaped(tmp_path):
     pid = jobs.start_training(tmp_path, "short", SHORT)
     run_dir = tmp_path / "short"
@@ -121,6 +123,7 @@ def test_short_training_finishes_and_is_reaped(tmp_path):
         jobs.start_training(tmp_path, "short", SHORT)
 
 
+@pytest.mark.slow
 def test_stop_checkpoints_and_resume_continues(tmp_path):
     run_dir = tmp_path / "long"
     jobs.start_training(tmp_path, "long", LONG)
@@ -134,7 +137,7 @@ def test_stop_checkpoints_and_resume_continues(tmp_path):
     assert 10 <= stop_step < 938
 
     jobs.start_training(tmp_path, "long", ["--max-steps", str(stop_step + 10)], resume=True)
-    # From its first status on, the resumed process shows its own total (it showed 938 / 938 while starting).
+    # From its first status on, the resumed process shows its own total (not 938 / 938 while starting).
     shown = []
     while jobs.is_active(run_dir):
         p = jobs.job_progress(run_dir)
@@ -160,8 +163,8 @@ def test_stop_refuses_a_pid_that_is_not_the_runs_trainer(tmp_path):
 
 
 def test_a_run_that_could_not_write_its_status_shows_the_failure_its_log_holds(tmp_path):
-    # Issue (QA): a process that failed on a full disk, or a read-only or moved folder, logged
-    # "failed" but could not write status.json; the run read "died ... (killed, or a crash)"
+    # A process that fails on a full disk, or a read-only or moved folder, logs "failed" but
+    # cannot write status.json: the run shows that failure, not "died ... (killed, or a crash)"
     # at the step of its last status.
     run_dir = tmp_path / "full"
     run_dir.mkdir()
@@ -181,8 +184,8 @@ def test_a_run_that_could_not_write_its_status_shows_the_failure_its_log_holds(t
     runs.write_json_atomic(run_dir / "status.json", {"state": "starting", "pid": os.getpid(), "step": 80,
                                                      "total_steps": 376, "time": time.time()})
     assert jobs.job_progress(run_dir).state == "died" and jobs.run_state(run_dir) == "died"
-    # When metrics.jsonl could not be written either (retest QA: 5 of 12 full disks), the
-    # error: line the process ended train.log with says why.
+    # When metrics.jsonl cannot be written either (5 of 12 full disks), the error: line the
+    # process ended train.log with says why.
     with open(run_dir / "metrics.jsonl", "a") as log:
         log.write(json.dumps({"step": 81, "epoch": 1, "loss": 0.5, "examples": 64}) + "\n{\"step\": 8")  # torn
     time.sleep(0.05)  # (a file's time comes from a coarser clock than time.time())
@@ -191,7 +194,7 @@ def test_a_run_that_could_not_write_its_status_shows_the_failure_its_log_holds(t
     shown = jobs.job_progress(run_dir)
     assert (shown.state, shown.step, shown.message) == ("failed", 81, "cannot write metrics.jsonl: No space left.")
     assert jobs.run_state(run_dir) == "failed"
-    # A damaged status.json (cut short by hand) read "unknown": the logs still say how it ended.
+    # A damaged status.json (cut short by hand) does not read "unknown": the logs say how it ended.
     (run_dir / "status.json").write_text('{"state": "runn')
     assert (jobs.run_state(run_dir), jobs.job_progress(run_dir).message) == (  # the metrics' last event
         "failed", "cannot write status.json: No space left on device.")
@@ -203,8 +206,8 @@ def test_a_run_that_could_not_write_its_status_shows_the_failure_its_log_holds(t
 
 
 def test_a_full_runs_folder_is_a_plain_error_and_leaves_no_empty_run(tmp_path):
-    # Issue (QA): Start training on a full disk raised an OSError from opening train.log, and
-    # the page said only "Error"; an empty folder stayed behind.
+    # Start training on a full disk is a DistcoreError (not an OSError from opening train.log,
+    # which the page shows as a bare "Error"), and no empty folder stays behind.
     with tmpfs(tmp_path / "disk", "size=64k,nr_inodes=16") as disk:
         fill_disk(disk)
         with pytest.raises(DistcoreError, match=rf"^cannot write to the run directory {disk / 'new'}: "
@@ -219,17 +222,18 @@ def test_a_full_runs_folder_is_a_plain_error_and_leaves_no_empty_run(tmp_path):
 
 
 def test_a_cli_call_killed_by_a_signal_says_so(monkeypatch):
-    # Issue (QA): an Evaluate whose process the OOM killer took said "distcore exited with code
-    # -9: I0000 ... oneDNN custom operations are on ...".
+    # A CLI call the OOM killer took is named as killed, not "distcore exited with code -9:
+    # I0000 ... oneDNN custom operations are on ...".
     killed = "import os, signal, sys; print('I0000 00:00 port.cc:153] oneDNN', file=sys.stderr); os.kill(os.getpid(), 9)"
     monkeypatch.setattr(jobs, "cli_command", lambda *args: [sys.executable, "-c", killed])
     with pytest.raises(DistcoreError, match=r"^the distcore process was killed by SIGKILL \(out of memory\?\)$"):
         jobs.run_cli_json(["evaluate"])
 
 
+@pytest.mark.slow
 def test_two_launches_of_one_run_at_once_start_one_process(tmp_path):
-    # Issue (QA): two apps on one runs folder both said "Started" for one run, each with a
-    # process of its own; the second failed on the run's lock, saying so only in train.log.
+    # Two apps on one runs folder launching one run at once: one starts it, the other is told
+    # so, rather than both saying "Started" and the second failing on the lock in train.log.
     barrier, outcomes = threading.Barrier(2), []
 
     def start():
@@ -255,6 +259,7 @@ def test_resume_needs_a_run(tmp_path):
         jobs.start_training(tmp_path, "nothing", [], resume=True)
 
 
+@pytest.mark.slow
 def test_stop_right_after_start_still_stops_cleanly(tmp_path):
     # Before the trainer has installed its SIGTERM handler a signal would kill it
     # outright; stop_training waits for the handler (status.json) first.
@@ -267,9 +272,10 @@ def test_stop_right_after_start_still_stops_cleanly(tmp_path):
         assert "stopped before training began: nothing to save." in (run_dir / jobs.LOG_FILE).read_text()
 
 
+@pytest.mark.slow
 def test_the_apps_sigterm_waits_for_a_loading_run_and_names_runs_still_going(tmp_path):
-    # Retest QA: the app's SIGTERM right after Start killed the loading process (no status,
-    # "unknown"), and runs still in a long loop when the app left were reported "stopped".
+    # The app's SIGTERM right after Start waits for the loading process's handler (killed, it
+    # would read "unknown"), and runs still in a long loop when the app leaves are named as going.
     jobs.start_training(tmp_path, "early", LONG)
     assert jobs.stop_own_runs(tmp_path) == (["early"], [])  # signalled once its handler was in place
     assert runs.read_status(tmp_path / "early")["message"] == stopping.BEFORE_TRAINING
@@ -282,8 +288,8 @@ def test_the_apps_sigterm_waits_for_a_loading_run_and_names_runs_still_going(tmp
 
 
 def test_right_after_a_resume_the_previous_processs_status_is_not_shown_as_live(tmp_path):
-    # Issue (QA): a run whose failure only its log held showed, at the first poll after Resume,
-    # "running · step 200 / 564 · 5,599 examples/s · ETA 9s": the old process's status.
+    # At the first poll after Resume the run is "starting", with no speed or ETA, not the old
+    # process's "running · step 200 / 564 · 5,599 examples/s · ETA 9s".
     run_dir = tmp_path / "again"
     run_dir.mkdir()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -304,9 +310,10 @@ def test_right_after_a_resume_the_previous_processs_status_is_not_shown_as_live(
         resumed.wait()
 
 
+@pytest.mark.slow
 def test_a_training_process_that_makes_no_progress_is_named_as_stuck(tmp_path, monkeypatch):
-    # Issue (QA): a hung process read "running · ETA 5s" for good, and Stop said "Stopping"
-    # each time, to no effect.
+    # A hung process is named as stuck, not "running · ETA 5s" for good while Stop says
+    # "Stopping" each time, to no effect.
     run_dir = tmp_path / "hung"
     pid = jobs.start_training(tmp_path, "hung", LONG)
     assert wait_for(lambda: jobs.job_progress(run_dir).state == "running", timeout=120)
@@ -340,6 +347,7 @@ def child_pids(pid) -> list[int]:
         return [int(p) for p in f.read().split()]
 
 
+@pytest.mark.slow
 def test_a_two_worker_run_stops_at_one_step_and_resumes(tmp_path):
     # "Stop training" in the app: jobs.stop_training SIGTERMs the cluster launcher, which
     # passes it on; both workers must leave the loop at the same step and save it.
@@ -367,9 +375,10 @@ def test_a_two_worker_run_stops_at_one_step_and_resumes(tmp_path):
     assert steps == list(range(1, stop_step + 11))
 
 
+@pytest.mark.slow
 def test_the_apps_stop_of_a_cli_cluster_reaches_its_launcher(tmp_path):
-    # QA: a `cluster` from the CLI has no job.json; its status names the chief, which the app
-    # signalled: the run stopped, but the launcher exited 0, and `cluster ... && next` went on.
+    # A `cluster` from the CLI has no job.json and its status names the chief: the app's stop
+    # reaches the launcher, which exits 143, so `cluster ... && next` does not go on.
     run_dir = tmp_path / "pair"
     launcher = subprocess.Popen([sys.executable, "-m", "distcore", "cluster", "--workers", "2", "--run-dir",
                                  str(run_dir), *PAIR], cwd=jobs.REPO_ROOT, stdout=subprocess.DEVNULL,
@@ -385,10 +394,11 @@ def test_the_apps_stop_of_a_cli_cluster_reaches_its_launcher(tmp_path):
     assert runs.read_status(run_dir)["state"] == "stopped"
 
 
+@pytest.mark.slow
 def test_a_two_worker_resume_stopped_before_its_first_step_ends_stopped(tmp_path):
-    # QA: Stop a second after Resume ended "failed" (3 of 3): the chief skipped the save of the
-    # step it resumed from, worker 1 did not (its own folder lacked that checkpoint) and waited
-    # in the save's test pass for a chief that had left ("RecvBuf ... Socket closed").
+    # Stop a second after Resume ends "stopped": both workers skip the save of the step resumed
+    # from (worker 1's own folder lacks that checkpoint), so none waits in the save's test pass
+    # for a chief that has left ("RecvBuf ... Socket closed").
     run_dir = tmp_path / "pair"
     jobs.start_training(tmp_path, "pair", SMALL_PAIR, workers=2)
     assert jobs.wait_until_done(run_dir, timeout=180)
@@ -407,9 +417,10 @@ def test_a_two_worker_resume_stopped_before_its_first_step_ends_stopped(tmp_path
     assert events[-2:] == ["resume", "stopped"] and "failed" not in events
 
 
+@pytest.mark.slow
 def test_a_two_worker_resume_shows_starting_with_its_new_total_at_once(tmp_path):
-    # QA: for ~5 s after Resume with 2 workers the run still showed its old "finished" (and its
-    # old total), until a worker announced itself; a single process announces at once.
+    # The launcher announces itself at once, as a single process does: no ~5 s of the old
+    # "finished" (and old total) until a worker announces itself.
     run_dir = tmp_path / "r"
     jobs.start_training(tmp_path, "r", ["--replicas", "1", *SMALL_PAIR])
     assert jobs.wait_until_done(run_dir, timeout=120)
@@ -422,15 +433,16 @@ def test_a_two_worker_resume_shows_starting_with_its_new_total_at_once(tmp_path)
     assert jobs.job_progress(run_dir).state == "starting"
     assert jobs.stop_training(run_dir)  # the launcher is ready for it: it stops before training, the run kept
     assert jobs.wait_until_done(run_dir, timeout=120)
-    # As it was, beside its config.json of 10 steps (it read "stopped 10/20", and a plain resume
-    # then said "already finished", retest QA).
+    # As it was, beside its config.json of 10 steps (not "stopped 10/20", after which a plain
+    # resume would say "already finished").
     assert runs.read_status(run_dir) == before and runs.read_config(run_dir)["epochs"] == 1
     assert runs.list_checkpoints(run_dir) == ["ckpt-10"]
 
 
+@pytest.mark.slow
 def test_a_resume_killed_while_it_sets_up_shows_the_runs_own_total(tmp_path):
-    # QA: a resume killed with SIGKILL before training began left its new total in the status;
-    # the run read "died · step 10 / 20" beside a config.json of 10 steps.
+    # A resume killed with SIGKILL before training begins leaves its new total in the status;
+    # the run shows config.json's 10 steps, not "died · step 10 / 20".
     run_dir = tmp_path / "k"
     jobs.start_training(tmp_path, "k", ["--replicas", "1", *SMALL_PAIR])
     assert jobs.wait_until_done(run_dir, timeout=120)
@@ -477,8 +489,8 @@ def test_a_stopped_run_whose_cluster_is_still_exiting_is_not_called_training(tmp
 
 
 def test_a_run_a_library_caller_trains_is_active_and_the_app_does_not_signal_it(tmp_path):
-    # QA: a Controller training in a script read "died"; Resume started a second process (then
-    # refused by the lock); Stop's SIGTERM would have ended the caller's program.
+    # A Controller training in a script reads "running", Resume refuses to start a second
+    # process, and Stop does not SIGTERM (which would end the caller's program).
     run_dir = tmp_path / "lib"
     run_dir.mkdir()
     holder = ("import sys, time; from distcore import runs; lock = runs.RunLock(sys.argv[1]); "
@@ -490,9 +502,9 @@ def test_a_run_a_library_caller_trains_is_active_and_the_app_does_not_signal_it(
         assert runs.lock_holder(run_dir) == proc.pid
         assert jobs.run_state(run_dir) == "running" and jobs.job_pid(run_dir) == proc.pid
         with pytest.raises(DistcoreError, match=f"still training \\(process {proc.pid}\\)") as refused:
-            jobs.check_not_training(run_dir)  # (the CLI's resume): it said "kill -TERM", which ended a kernel (QA)
+            jobs.check_not_training(run_dir)  # (the CLI's resume): no "kill -TERM", which would end a kernel
         assert "kill" not in str(refused.value) and "a Python program that uses distcore as a library" in str(refused.value)
-        assert "close() or del a Controller made and not run" in str(refused.value)  # (Ctrl-C alone freed none, retest)
+        assert "close() or del a Controller made and not run" in str(refused.value)  # (Ctrl-C alone frees none)
         with pytest.raises(DistcoreError, match="uses distcore as a library: stop it there"):
             jobs.stop_training(run_dir)
         assert proc.poll() is None
@@ -530,7 +542,7 @@ def test_no_speed_or_eta_is_shown_from_a_chunk_that_traced_or_a_previous_process
 
 def test_a_stopped_run_whose_launcher_still_waits_shows_its_speed(tmp_path, monkeypatch):
     # After a 2-worker run's Stop the chief writes "stopped" while the launcher waits for its
-    # workers: the page showed "– examples/s" until the launcher had exited (QA).
+    # workers: the page shows the run's speed meanwhile, not "– examples/s".
     records = [{"event": "start", "step": 0}, {"step": 1, "loss": 2.0, "examples": 64},
                {"step": 2, "loss": 1.9, "examples": 64, "examples_per_sec": 5000.0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

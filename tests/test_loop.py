@@ -119,10 +119,13 @@ def test_test_pass_sees_every_example_and_warns_nothing(fmnist):
         warnings.simplefilter("always")
         loss, accuracy = runner.run_test(dist)
     # TensorFlow warns when a distributed dataset is iterated inside a tf.function (it reads the
-    # dataset's options in graph mode); that warning used to show in every run's log.
+    # dataset's options in graph mode); no run's log shows that warning.
     assert not [w for w in caught if "tf.data options" in str(w.message)]
     logits = runner.model(inputs.normalize(images, labels)[0], training=False).numpy()
-    assert accuracy == pytest.approx(float(np.mean(logits.argmax(axis=1) == labels)), abs=1e-6)
+    # The pass runs 2 replicas of 32 (and 4 + 4), the reference one batch of 200: a prediction whose top two
+    # logits tie to within float32 rounding may go either way, one of the 200 (+0.5 for the quotient). A
+    # missed example shows in the loss below, which every example moves by far more than rel=1e-5.
+    assert accuracy == pytest.approx(float(np.mean(logits.argmax(axis=1) == labels)), abs=1.5 / 200)
     per_example = runner.loss_object(labels.astype("int32"), logits)
     assert loss == pytest.approx(float(tf.reduce_mean(per_example)), rel=1e-5)
 

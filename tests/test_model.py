@@ -42,7 +42,7 @@ def test_only_the_one_channel_convolution_runs_as_a_depthwise_one():
     for a, b in zip(ours.weights, theirs.weights):
         assert a.shape == b.shape
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    assert flops_per_example(ours) == flops_per_example(theirs) == 14_778_624  # README: 14.78 MFLOP
+    assert flops_per_example(ours) == flops_per_example(theirs) == 14_778_624  # docs/performance.md: 14.78 MFLOP
 
 
 def test_layer_flops_count_forward_and_backward():

@@ -89,7 +89,7 @@ def test_unknown_optimizer_is_refused():
 
 
 def test_fused_adam_is_tf_keras_2s_adam_whose_one_minus_beta_is_float32():
-    # QA: the losses drift from Keras 3's Adam over tens of steps (1e-2 by step 30). The fused
+    # The losses drift from Keras 3's Adam over tens of steps (1e-2 by step 30). The fused
     # kernel, as tf.keras 2's Adam (the seeds'), computes 1 - beta_2 in float32 (0.00099998713);
     # Keras 3 rounds it from Python's double (0.001). That is the only difference: v after one
     # step, the same gradient, is exactly each formula's.

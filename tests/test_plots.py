@@ -30,7 +30,7 @@ def test_format_ids_makes_ranges():
     assert plots.format_ids(list(range(32))) == "0–31"
     assert plots.format_ids([0, 1, 2, 7, 9, 10, 11]) == "0–2,7,9–11"
     assert plots.format_ids(list(range(0, 400, 2))).endswith(",…")
-    # Cut between runs, never inside one: 19520–19529 read "19520–195,…" at 8 replicas (QA).
+    # Cut between runs, never inside one: 19520–19529 must not read "19520–195,…" at 8 replicas.
     assert plots.format_ids(list(range(19520, 19530)), 9) == "19520–…"
     assert plots.format_ids(list(range(19520, 19530)), 6) == "19520…"
     assert plots.format_ids([99700, 99701], 9) == "99700,…"
@@ -195,7 +195,7 @@ def test_headline_of_a_batch_smaller_than_the_replica_count():
     assert "split 1/1/1/1/1/1/0/0" in text and "per-replica batch 0" not in text
     assert "(per-replica batch 2)" in plots.split_summary(N6_G4_R2)
     one = plan([[[0], [1], [2], [3], []]], 4)  # the guide's 4 examples on 5 replicas: one global batch
-    assert "→ 1 global batch of 4 on" in plots.split_summary(one)  # it said "1 global batches"
+    assert "→ 1 global batch of 4 on" in plots.split_summary(one)  # not "1 global batches"
     assert plots.split_figure(one).layout.title.text.startswith("1 global batch of 4 over 5 replicas")
 
 
@@ -231,8 +231,8 @@ def test_a_long_run_plots_the_mean_of_each_few_steps():
 
 
 def test_the_split_table_lists_every_steps_ids_the_plot_leaves_out():
-    # Accessibility QA: the ids past a cell's first few were only in the hover, which a keyboard or a
-    # screen reader cannot reach, and steps 7-58 of a 64-step plan were not drawn at all.
+    # Every id is in the table: past a cell's first few they are otherwise only in the hover, which a
+    # keyboard or a screen reader cannot reach, and steps 7-58 of a 64-step plan are not drawn at all.
     steps = [[[4 * s, 4 * s + 1], [4 * s + 2, 4 * s + 3]] for s in range(20)] + [[[80], []]]
     plan = {"steps": steps, "replicas": 2, "global_batch": 4}
     text = plots.split_summary(plan)
@@ -246,7 +246,7 @@ def test_the_split_table_lists_every_steps_ids_the_plot_leaves_out():
 
 
 def test_steps_left_out_of_the_picture_are_marked_where_they_were():
-    # QA: "step 6" sat right above "step 95", evenly spaced; only a small subtitle told.
+    # The gap is marked in place: "step 6" right above "step 95", evenly spaced, needs more than a small subtitle.
     steps = [[[2 * k], [2 * k + 1]] for k in range(100)]
     labels = list(plots.split_figure({"steps": steps, "global_batch": 2, "replicas": 2}).data[0].y)
     assert labels == [f"step {k}" for k in range(1, 7)] + ["⋯ step 95"] + [f"step {k}" for k in range(96, 101)]

@@ -59,9 +59,9 @@ def test_a_torn_last_line_is_skipped_and_truncation_repairs_it(tmp_path):
 
 
 def test_damaged_or_hand_edited_run_files_read_as_damaged_not_as_errors(tmp_path):
-    # QA: bytes that are not UTF-8 in metrics.jsonl failed the app's view, the export and a
-    # resume (UnicodeDecodeError); a step of "x" failed a plot and a resume's roll-back; a
-    # status of {"state": 5, "step": "abc"} failed the view; config.json's "devices": 5 too.
+    # None of these fails the app's view, the export, a plot or a resume (UnicodeDecodeError and
+    # the like): bytes that are not UTF-8 in metrics.jsonl, a step of "x", a status of
+    # {"state": 5, "step": "abc"}, config.json's "devices": 5.
     good = [{"step": 1, "epoch": 1, "loss": 2.0, "examples": 64}, {"event": "checkpoint", "step": 1}]
     bad = [{"step": "x", "loss": 1.0}, {"step": 2, "loss": "1.0"}, {"step": True, "loss": 1.0}, ["not", "a record"],
            {"event": 5, "step": 2}]
@@ -80,8 +80,8 @@ def test_damaged_or_hand_edited_run_files_read_as_damaged_not_as_errors(tmp_path
 
 
 def test_a_run_that_ended_before_saving_its_settings_is_called_so(tmp_path):
-    # QA: a launch that failed on a full disk left the lock (or the app's job.json and log) and
-    # no status; Resume asked "is it a distcore run directory?".
+    # A launch that failed on a full disk leaves the lock (or the app's job.json and log) and no
+    # status: Resume says the run ended before saving its settings, not "is it a distcore run directory?".
     (tmp_path / "a8").mkdir()
     (tmp_path / "a8" / ".lock").write_text("")
     with pytest.raises(DistcoreError, match=r"^run a8 ended before it saved its settings \(config.json; its log says "
@@ -94,8 +94,8 @@ def test_a_run_that_ended_before_saving_its_settings_is_called_so(tmp_path):
 
 
 def test_a_resume_whose_checkpoints_folder_is_a_file_says_so(tmp_path):
-    # QA: the app said "Resuming from step 0 (it has no checkpoint yet)", then the process
-    # failed with "…/checkpoints holds no checkpoint to restore".
+    # Refused before launch, not "Resuming from step 0 (it has no checkpoint yet)" followed by a
+    # process failing with "…/checkpoints holds no checkpoint to restore".
     from distcore.config import TrainConfig
 
     (tmp_path / "config.json").write_text(json.dumps(TrainConfig(devices=("cpu:0",)).to_dict()))
@@ -137,8 +137,8 @@ def test_an_export_removes_exports_older_than_an_hour_and_keeps_newer_ones(tmp_p
 @pytest.mark.parametrize("saved,problem", [({}, "the configuration has no devices."),
                                            ({"devices": ["cpu:0"], "global_batch": "x"}, "global batch size ('x')")])
 def test_a_config_json_that_makes_no_configuration_is_called_damaged(tmp_path, capsys, saved, problem):
-    # Issue: `echo '{}' > RUN/config.json`, then evaluate or train --resume: a TypeError traceback
-    # ("TrainConfig.__init__() missing 1 required positional argument: 'devices'").
+    # `echo '{}' > RUN/config.json`, then evaluate or train --resume: called damaged, not a TypeError
+    # traceback ("TrainConfig.__init__() missing 1 required positional argument: 'devices'").
     from distcore import cli
 
     run_dir = tmp_path / "r"
@@ -153,8 +153,8 @@ def test_a_config_json_that_makes_no_configuration_is_called_damaged(tmp_path, c
 
 
 def test_a_run_dir_too_long_for_the_filesystem_or_that_is_a_file_is_refused(tmp_path, capsys):
-    # Issue: a name over 255 characters raised "OSError: [Errno 36] File name too long" from
-    # stopping.announce; a file was "cannot write to the run directory afile: File exists."
+    # A name over 255 characters is refused up front, not "OSError: [Errno 36] File name too long"
+    # from stopping.announce; a file is called a file, not "cannot write ... afile: File exists."
     from distcore import cli
 
     (tmp_path / "afile").write_text("")
@@ -174,12 +174,12 @@ def test_a_run_dir_too_long_for_the_filesystem_or_that_is_a_file_is_refused(tmp_
 
 
 def test_a_run_dir_under_the_home_folder_may_be_written_with_a_tilde(tmp_path, monkeypatch):
-    # QA: `--run-dir=~/runs/t2` (the shell leaves a ~ after "=") made a folder named "~" here.
+    # `--run-dir=~/runs/t2` (the shell leaves a ~ after "=") is the home folder's, not a folder named "~" here.
     monkeypatch.setenv("HOME", str(tmp_path))
     assert runs.run_path("~/runs/t2") == tmp_path / "runs" / "t2"
     assert runs.run_path("~") == tmp_path
-    # QA: in an ASCII locale (LC_ALL=POSIX PYTHONUTF8=0) a path read from argv is not UTF-8
-    # text, and evaluate said every checkpoint's files were "damaged or incomplete".
+    # In an ASCII locale (LC_ALL=POSIX PYTHONUTF8=0) a path read from argv is not UTF-8
+    # text: refused as such, not every checkpoint's files called "damaged or incomplete".
     with pytest.raises(DistcoreError, match=r"the run directory /tmp/C\\udcc3\\udca9 is not UTF-8 text as this process "
                                             r"read it .* use a UTF-8 locale \(LANG=C.UTF-8, or PYTHONUTF8=1\)\.$"):
         runs.run_path("/tmp/C\udcc3\udca9")
@@ -200,7 +200,7 @@ def test_a_run_locked_by_another_process_names_it(tmp_path):
 
 
 def test_a_failure_recorded_by_the_launcher_drops_the_running_speed_and_eta(tmp_path):
-    # A chief killed while running left "failed" with its last examples/s and ETA (QA).
+    # A chief killed while running is marked "failed" without its last examples/s and ETA.
     runs.write_json_atomic(tmp_path / "config.json", {"epochs": 1})
     runs.write_json_atomic(tmp_path / "status.json", {"state": "running", "step": 80, "pid": 1, "total_steps": 94,
                                                       "examples_per_sec": 2812.2, "eta_seconds": 13.0})
@@ -213,8 +213,8 @@ def test_a_failure_recorded_by_the_launcher_drops_the_running_speed_and_eta(tmp_
 
 
 def test_a_failure_before_the_run_was_set_up_is_still_its_final_status(tmp_path):
-    # A cluster whose worker died before the chief wrote config.json left the launcher's
-    # "starting" status behind, and the app showed the run "died".
+    # A cluster whose worker died before the chief wrote config.json is marked "failed", not left
+    # with the launcher's "starting" status, which the app shows as "died".
     runs.write_json_atomic(tmp_path / "status.json", {"state": "starting", "pid": 1, "total_steps": 94})
     runs.record_failure(tmp_path, "worker 0 was killed by SIGKILL")
     status = runs.read_status(tmp_path)
@@ -225,8 +225,8 @@ def test_a_failure_before_the_run_was_set_up_is_still_its_final_status(tmp_path)
 
 
 def test_a_read_only_filesystem_is_a_plain_error(tmp_path, monkeypatch):
-    # Issue (QA): resuming a run on a read-only mount ended in a traceback, as the clean-up of
-    # the temporary file failed with EROFS too.
+    # Resuming a run on a read-only mount is a message, not a traceback, though the clean-up of
+    # the temporary file fails with EROFS too.
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
@@ -237,8 +237,8 @@ def test_a_read_only_filesystem_is_a_plain_error(tmp_path, monkeypatch):
 
 
 def test_a_run_folder_that_never_trained_takes_a_new_run_and_one_that_did_does_not(tmp_path):
-    # A chief killed while it waited for its peers leaves only config.json (QA: the same command
-    # was told it "already holds a run"). Metrics, a checkpoint or a live process of the run keep it.
+    # A chief killed while it waited for its peers leaves only config.json: the same command may
+    # start there again. Metrics, a checkpoint or a live process of the run keep it.
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.json").write_text("{}")

@@ -24,10 +24,12 @@ SEED_TABLES = [
 
 
 @pytest.mark.parametrize("args,expected", SEED_TABLES)
+@pytest.mark.slow
 def test_seed_tables(args, expected):
     assert plan(*args)["steps"] == expected
 
 
+@pytest.mark.slow
 def test_notes_call_out_partial_batches_and_empty_replicas():
     notes = " ".join(plan(6, 4, 2)["notes"])
     assert "Step 2 is a partial batch (2 of 4), split 1/1" in notes
@@ -35,6 +37,7 @@ def test_notes_call_out_partial_batches_and_empty_replicas():
     assert "replica 4 got nothing" in notes
 
 
+@pytest.mark.slow
 def test_a_replica_empty_in_every_step_is_one_note_not_one_per_step():
     # A global batch of 2 on 4 replicas: replicas 2 and 3 get nothing in each of the 20 steps.
     notes = plan(40, 2, 4)["notes"]
@@ -44,6 +47,7 @@ def test_a_replica_empty_in_every_step_is_one_note_not_one_per_step():
         ("steps 1–2", "Replica 1"), ("steps 4–5", "Replica 0"), ("step 6", "Replica 1")]
 
 
+@pytest.mark.slow
 def test_fashion_rows_are_the_rows_training_reads_at_each_step(fmnist, tmp_path, monkeypatch):
     from distcore import controller
     from distcore.config import TrainConfig
@@ -71,17 +75,20 @@ def test_fashion_rows_are_the_rows_training_reads_at_each_step(fmnist, tmp_path,
         SplitConfig(examples=400, global_batch=64, devices=cpus(2), shuffle_seed=0, files=2)
 
 
+@pytest.mark.slow
 def test_drop_remainder_drops_the_partial_batch():
     result = plan(6, 4, 2, drop_remainder=True)
     assert result["steps"] == [[[0, 1], [2, 3]]]
     assert any("dropped the last 2" in n for n in result["notes"])
 
 
+@pytest.mark.slow
 def test_function_api_batches_per_replica():
     # The input function batches by 2 (4 / 2 replicas); whole batches go to replicas in turn.
     assert plan(6, 4, 2, api="function")["steps"] == [[[0, 1], [2, 3]], [[4, 5], []]]
 
 
+@pytest.mark.slow
 def test_file_backed_ids_arrive_in_file_order():
     result = plan(12, 4, 2, files=3, policy="file")
     assert [i for step in result["steps"] for ids in step for i in ids] == list(range(12))
@@ -92,12 +99,14 @@ def test_function_api_refuses_an_uneven_batch():
         plan(8, 4, 3, api="function")
 
 
+@pytest.mark.slow
 def test_64_step_8_replica_plan():
     result = plan(512, 8, 8)
     assert len(result["steps"]) == 64 and all(len(step) == 8 for step in result["steps"])
 
 
 @pytest.mark.parametrize("kw", [{}, {"files": 3, "policy": "file"}])
+@pytest.mark.slow
 def test_a_plan_can_leave_its_used_iterator_to_the_caller(kw):
     # The app's planner answers first and drops the iterator afterwards (its teardown can block).
     spent = []
@@ -112,6 +121,7 @@ def test_a_plan_can_leave_its_used_iterator_to_the_caller(kw):
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 40), g=st.integers(1, 12), r=st.integers(1, 5), drop=st.booleans())
+@pytest.mark.slow
 def test_every_id_arrives_once_in_order(n, g, r, drop):
     """Whatever the sizes: each global batch is G consecutive ids, split in order over the replicas."""
     if g > n:
@@ -126,6 +136,7 @@ def test_every_id_arrives_once_in_order(n, g, r, drop):
     assert all(sum(len(ids) for ids in step) <= g for step in result["steps"])
 
 
+@pytest.mark.slow
 def test_cli_split_json_prints_the_seed_table():
     out = subprocess.run(
         [sys.executable, "-m", "distcore", "split", "--examples", "6", "--global-batch", "4",
@@ -135,6 +146,7 @@ def test_cli_split_json_prints_the_seed_table():
 
 
 @pytest.mark.parametrize("kw", [{}, {"api": "function"}, {"files": 3, "policy": "file"}])
+@pytest.mark.slow
 def test_one_replica_gets_every_batch_whole_and_the_notes_say_how(kw):
     one = plan(6, 4, 1, **kw)
     assert one["steps"] == [[[0, 1, 2, 3]], [[4, 5]]]
@@ -143,6 +155,7 @@ def test_one_replica_gets_every_batch_whole_and_the_notes_say_how(kw):
 
 
 @pytest.mark.parametrize("policy,files", [("auto", 0), ("data", 0), ("file", 3), ("off", 0), ("auto", 3)])
+@pytest.mark.slow
 def test_with_trainings_map_after_the_batch_every_policy_cuts_it_the_same_way(policy, files):
     result = plan(150, 64, 2, policy=policy, files=files)
     assert [len(ids) for ids in result["steps"][-1]] == [11, 11]  # TensorFlow's own split
@@ -151,11 +164,11 @@ def test_with_trainings_map_after_the_batch_every_policy_cuts_it_the_same_way(po
     assert "under every shard policy" in note and "split --no-map" in note
 
 
-# What training really receives decides what the split shows. Issue: the planner's pipeline
-# ended at batch(), where OFF and FILE cut 1000 examples on 3 replicas 22/21/21 with a last
-# step of 22/18/0, "replica 2 got nothing"; training maps after the batch, and got 22/22/20
-# and 14/14/12, no empty replica.
+# What training really receives decides what the split shows. Training maps after the batch: OFF
+# and FILE cut 1000 examples on 3 replicas 22/22/20 and 14/14/12, no empty replica; a pipeline
+# that ends at batch() cuts 22/21/21 with a last step of 22/18/0, "replica 2 got nothing".
 @pytest.mark.parametrize("policy", ["off", "file"])
+@pytest.mark.slow
 def test_split_shows_the_pieces_training_gets(fmnist, tmp_path, monkeypatch, policy):
     from distcore import controller
     from distcore.config import TrainConfig
@@ -177,9 +190,9 @@ def test_split_shows_the_pieces_training_gets(fmnist, tmp_path, monkeypatch, pol
     assert split.piece_sizes(ends_at_batch)[-1] == [22, 18, 0]  # the same data, the pipeline cut at batch()
 
 
-# Issue: the policy note said a policy "changes nothing" in one worker while the plan under it
-# showed FILE and OFF cutting the partial batch 22/0 and AUTO and DATA 11/11 (a pipeline
-# that ends at batch(), as the guide's examples do).
+# The policy note does not say a policy "changes nothing" in one worker when the plan under it
+# shows FILE and OFF cutting the partial batch 22/0 and AUTO and DATA 11/11 (a pipeline that
+# ends at batch(), as the guide's examples do).
 @pytest.mark.parametrize("policy,files,last,says", [
     ("auto", 0, [11, 11], "legacy rebatch"),
     ("data", 0, [11, 11], "legacy rebatch"),
@@ -187,6 +200,7 @@ def test_split_shows_the_pieces_training_gets(fmnist, tmp_path, monkeypatch, pol
     ("off", 0, [22, 0], "fixed per-replica sizes (32/32)"),
     ("auto", 3, [22, 0], "fixed per-replica sizes (32/32)"),
 ])
+@pytest.mark.slow
 def test_policy_note_says_how_this_plan_cut_the_partial_batch(policy, files, last, says):
     result = plan(150, 64, 2, policy=policy, files=files, map_after_batch=False)
     assert [len(ids) for ids in result["steps"][-1]] == last  # TensorFlow's own split
@@ -199,6 +213,7 @@ def test_policy_note_says_how_this_plan_cut_the_partial_batch(policy, files, las
     ("data", 0, [22, 22, 20], "legacy rebatch"),
     ("off", 0, [22, 21, 21], "fixed per-replica sizes (22/21/21)"),
 ])
+@pytest.mark.slow
 def test_policy_note_on_a_batch_that_does_not_divide(policy, files, pieces, says):
     result = plan(128, 64, 3, policy=policy, files=files, map_after_batch=False)
     assert [[len(ids) for ids in step] for step in result["steps"]] == [pieces, pieces]
@@ -206,6 +221,7 @@ def test_policy_note_on_a_batch_that_does_not_divide(policy, files, pieces, says
     assert says in result["notes"][-1]
 
 
+@pytest.mark.slow
 def test_policy_note_when_both_rebatches_agree():
     assert "changes nothing in this plan" in plan(128, 64, 2, policy="off")["notes"][-1]
     assert split.how_cut([3, 2], []) == split.SAME
@@ -258,8 +274,8 @@ def test_file_sharding_error_asks_for_at_least_as_many_files_as_workers():
 
 
 def test_tensorflows_whole_advice_is_kept_and_off_is_answered():
-    # QA: a cut at 400 characters ended TensorFlow's advice at "... small files such that", and its
-    # "DATA or OFF" stood beside ours without saying that training refuses OFF across workers.
+    # TensorFlow's advice is cut at a sentence's end, not at "... small files such that", and its
+    # "DATA or OFF" comes with the note that training refuses OFF across workers.
     said = ("Could not apply FILE based sharding: the dataset only has 1 file(s), which is not enough for the "
             "required 2 shards/workers. If you are using datasets with distribution strategy, consider setting "
             "the auto sharding policy to either DATA or OFF using the `experimental_distribute.auto_shard_policy` "
@@ -274,8 +290,8 @@ def test_tensorflows_whole_advice_is_kept_and_off_is_answered():
 
 
 def test_file_sharding_of_the_fashion_rows_is_not_sent_to_source_files_they_refuse():
-    # QA: the error said "write it to source files (--files F)", which these rows refuse, in the
-    # app too, after TensorFlow's `{{function_node ...}}` and a goo.gle link.
+    # The error does not say "write it to source files (--files F)", which these rows refuse, in
+    # the app either, nor show TensorFlow's `{{function_node ...}}` and a goo.gle link.
     config = SplitConfig(examples=60, global_batch=4, devices=("cpu:0",), policy="file", workers=2, shuffle_seed=0)
     err = ValueError("{{function_node __wrapped__AutoShardDataset_device_/job:worker/replica:0/task:0/device:CPU:0}} "
                      "Found an unshardable source dataset: goo.gle/debugonly \nname: ...")
@@ -287,8 +303,8 @@ def test_file_sharding_of_the_fashion_rows_is_not_sent_to_source_files_they_refu
 
 
 def test_each_worker_note_is_true_of_that_worker_and_the_cluster_counts_the_dropped():
-    # `split --workers 2 --examples 7 --global-batch 4 --drop-remainder`: both workers' notes said
-    # "dropped the last 5" (7 minus one worker's 2); 4 of the 7 reached the workers, 3 were dropped.
+    # `split --workers 2 --examples 7 --global-batch 4 --drop-remainder`: 4 of the 7 reach the
+    # workers, 3 are dropped, not "dropped the last 5" (7 minus one worker's 2) in both workers' notes.
     plans = [worker_plan([[[0, 1]]], examples=7, drop=True), worker_plan([[[2, 3]]], examples=7, drop=True)]
     for p in plans:
         notes = " ".join(split.describe(p))
@@ -337,8 +353,8 @@ def test_partial_steps_of_a_cluster_are_read_off_every_workers_pieces(policy):
 
 
 def test_cluster_steps_holding_more_than_a_global_batch_are_called_so():
-    # QA: `split --workers 2 --files 2 --examples 20 --global-batch 5 --policy file` (these are the
-    # ids TensorFlow gave): steps 1 and 3 carry 3+3 = 6 examples, and were shown as full batches of 5.
+    # `split --workers 2 --files 2 --examples 20 --global-batch 5 --policy file` (these are the ids
+    # TensorFlow gave): steps 1 and 3 carry 3+3 = 6 examples, more than a global batch, not full batches of 5.
     plans = [worker_plan([[[0, 1, 2]], [[3, 4]], [[5, 6, 7]], [[8, 9]]], policy="file", files=2, global_batch=5,
                          examples=20),
              worker_plan([[[10, 11, 12]], [[13, 14]], [[15, 16, 17]], [[18, 19]]], policy="file", files=2,
@@ -379,23 +395,26 @@ def test_one_id_over_two_workers_is_a_full_global_batch():
 
 
 @pytest.mark.parametrize("args,kw,pieces,per_replica", [
-    ((4, 4, 5), {}, [1, 1, 1, 1, 0], None),  # was 0: four replicas got 1
-    ((10, 4, 3), {"policy": "file", "files": 3, "map_after_batch": False}, [2, 1, 1], None),  # was 1: replica 0 got 2
+    ((4, 4, 5), {}, [1, 1, 1, 1, 0], None),  # not 0: four replicas got 1
+    ((10, 4, 3), {"policy": "file", "files": 3, "map_after_batch": False}, [2, 1, 1], None),  # not 1: replica 0 got 2
     ((10, 4, 3), {"policy": "file", "files": 3}, [2, 2, 0], None),
-    # The app's batch note gives both as its example of 4 over 3 replicas (it said 2/2/0 only, QA).
+    # The app's batch note gives both as its example of 4 over 3 replicas, not 2/2/0 only.
     ((10, 4, 3), {"policy": "off", "drop_remainder": True}, [2, 1, 1], None),
     ((10, 4, 3), {"policy": "off"}, [2, 2, 0], None),
     ((6, 4, 2), {}, [2, 2], 2),
     ((8, 4, 2), {"api": "function"}, [2, 2], 2),
 ])
+@pytest.mark.slow
 def test_per_replica_batch_is_what_a_full_global_batch_gave(args, kw, pieces, per_replica):
     result = plan(*args, **kw)
     assert (result["per_replica_batch"], result.get("full_batch_pieces")) == (per_replica, pieces)
 
 
+@pytest.mark.slow
 def test_a_plan_made_in_one_process_says_so_whatever_workers_was_asked():
     # The planner passes "workers": 2 through, but runs one process with 2 replicas:
-    # it said "replicas": 4 and "per_replica_batch": 1 beside steps of two pieces of 2.
+    # it says "replicas": 2 and "workers": 1, not 4 replicas and "per_replica_batch": 1 beside
+    # steps of two pieces of 2.
     result = plan(6, 4, 2, workers=2)
     assert result["steps"] == SEED_TABLES[0][1]
     assert (result["replicas"], result["workers"], result["per_replica_batch"]) == (2, 1, 2)
@@ -404,9 +423,9 @@ def test_a_plan_made_in_one_process_says_so_whatever_workers_was_asked():
 
 
 def test_a_cluster_step_of_nothing_is_not_called_a_partial_batch():
-    # Retest QA: `split --workers 3 --files 4 --examples 23 --global-batch 4 --policy file` (these
-    # are the ids TensorFlow gave): at step 3 every worker took the empty piece of its own batch,
-    # called "a partial global batch (0 of 4), cut 0/0/0".
+    # `split --workers 3 --files 4 --examples 23 --global-batch 4 --policy file` (these are the
+    # ids TensorFlow gave): at step 3 every worker takes the empty piece of its own batch, which
+    # is a step of no example, not "a partial global batch (0 of 4), cut 0/0/0".
     plans = [worker_plan([[[0, 1]], [[2, 3]], [[]], [[4, 17]]], policy="file", files=4, global_batch=4, examples=23),
              worker_plan([[[5, 6]], [[7, 8]], [[]], [[9]]], policy="file", files=4, global_batch=4, examples=23),
              worker_plan([[[11, 12]], [[13, 14]], [[]], [[15]]], policy="file", files=4, global_batch=4, examples=23)]
