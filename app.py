@@ -8,6 +8,7 @@ It serves on 127.0.0.1:7860. GRADIO_SERVER_NAME and GRADIO_SERVER_PORT override 
 set GRADIO_SERVER_NAME=0.0.0.0). DISTCORE_RUNS_DIR picks the runs folder, DISTCORE_MAX_JOBS the
 number of training jobs allowed at once (default 2).
 """
+
 from __future__ import annotations
 
 import signal

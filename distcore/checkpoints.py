@@ -31,8 +31,9 @@ class Saver:
         self.checkpoint = checkpoint
         self.folder = Path(folder)
         self.read_folder = Path(read_folder or folder)
-        self.manager = tf.train.CheckpointManager(checkpoint, str(folder), max_to_keep=keep or None,
-                                                  checkpoint_name="ckpt")
+        self.manager = tf.train.CheckpointManager(
+            checkpoint, str(folder), max_to_keep=keep or None, checkpoint_name="ckpt"
+        )
         self.steps = set()  # of the checkpoints this process saved or restored
 
     def has(self, step: int) -> bool:
@@ -76,8 +77,10 @@ class Vanished(DistcoreError):
     """A checkpoint deleted while it was read: a run still training prunes its older ones."""
 
     def __init__(self, name: str):
-        super().__init__(f"checkpoint {name} was deleted while it was being read (a run still training deletes "
-                         "its older checkpoints when it keeps only its newest few: checkpoints kept); try again.")
+        super().__init__(
+            f"checkpoint {name} was deleted while it was being read (a run still training deletes "
+            "its older checkpoints when it keeps only its newest few: checkpoints kept); try again."
+        )
 
 
 def newest_intact(folder: Path, try_restore, on_fallback, attempts: int = 5) -> str:
@@ -105,8 +108,12 @@ class UnrestoredValues(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not message.startswith(("Value in checkpoint could not be found in the restored object",
-                                       "Detecting that an object or model or tf.train.Checkpoint is being deleted"))
+        return not message.startswith(
+            (
+                "Value in checkpoint could not be found in the restored object",
+                "Detecting that an object or model or tf.train.Checkpoint is being deleted",
+            )
+        )
 
 
 @contextlib.contextmanager
@@ -145,8 +152,12 @@ def newest_intact_once(folder: Path, try_restore, on_fallback) -> str:
 # MultiWorkerMirroredStrategy runs collectives (variables made by the restore are broadcast), so
 # these come from the cluster, not from the files: trying an older checkpoint would only fail the
 # same way, after blaming each one.
-PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError,
-               tf.errors.DeadlineExceededError)
+PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.CancelledError,
+    tf.errors.AbortedError,
+    tf.errors.DeadlineExceededError,
+)
 PEER_SIGNS = ("Collective ops is aborted", "__wrapped__Collective", "unhealthy")
 
 
@@ -164,7 +175,9 @@ def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False
     except (ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # damage varies
         if not exists(prefix):
             raise Vanished(prefix.name) from None
-        raise DistcoreError(f"checkpoint {prefix.name}'s files are damaged or incomplete ({first_line(err)}).") from None
+        raise DistcoreError(
+            f"checkpoint {prefix.name}'s files are damaged or incomplete ({first_line(err)})."
+        ) from None
     status = None
     try:
         status = checkpoint.restore(str(prefix))
@@ -178,7 +191,9 @@ def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False
             raise
         if not exists(prefix):  # deleted while read: not the model's fault
             raise Vanished(prefix.name) from None
-        raise DistcoreError(f"checkpoint {prefix.name} cannot be restored into this model ({first_line(err)}).") from None
+        raise DistcoreError(
+            f"checkpoint {prefix.name} cannot be restored into this model ({first_line(err)})."
+        ) from None
 
 
 def exists(prefix: Path) -> bool:
@@ -220,8 +235,9 @@ def find(run_dir, name: str | None) -> tuple[str, int]:
     return name, step
 
 
-def evaluate(run_dir, name: str | None = None, device_names=None, details: bool = False,
-             data_dir: str | None = None) -> dict:
+def evaluate(
+    run_dir, name: str | None = None, device_names=None, details: bool = False, data_dir: str | None = None
+) -> dict:
     """Restore a checkpoint into a fresh model and measure it on the run's test set.
 
     `device_names=None` evaluates with no strategy (TensorFlow's default strategy:
@@ -243,8 +259,9 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     device_names = None if device_names is None else devices.resolve(devices=device_names)
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
     notes = []
-    data = data_lib.load(data_dir or config.data_dir, saved_in=None if data_dir else Path(run_dir) / "config.json",
-                         on_note=notes.append)
+    data = data_lib.load(
+        data_dir or config.data_dir, saved_in=None if data_dir else Path(run_dir) / "config.json", on_note=notes.append
+    )
     n = config.test_examples
     with strategy.scope():
         model = create_model(config.model, config.l2)
@@ -268,23 +285,34 @@ def evaluate(run_dir, name: str | None = None, device_names=None, details: bool 
     def step_fn(batch):
         return strategy.run(replica_step, args=batch)
 
-    dist = inputs.distribute(strategy, lambda: inputs.in_memory(data.test_images[:n], data.test_labels[:n]),
-                             global_batch=config.global_batch, api="dataset", policy=config.policy,
-                             drop_remainder=False)
+    dist = inputs.distribute(
+        strategy,
+        lambda: inputs.in_memory(data.test_images[:n], data.test_labels[:n]),
+        global_batch=config.global_batch,
+        api="dataset",
+        policy=config.policy,
+        drop_remainder=False,
+    )
     confusion = [[0] * 10 for _ in range(10)]
     pipeline = [dist, iter(dist)]
     del dist  # the list holds the only references
     for batch in pipeline[1]:
         predicted, labels = step_fn(batch)
         if details:
-            for p, y in zip(strategy.experimental_local_results(predicted), strategy.experimental_local_results(labels)):
+            for p, y in zip(
+                strategy.experimental_local_results(predicted), strategy.experimental_local_results(labels)
+            ):
                 for pi, yi in zip(p.numpy(), y.numpy()):
                     confusion[int(yi)][int(pi)] += 1
     inputs.drop_later(pipeline)  # off this thread: see inputs.drop_later
     result = {
-        "checkpoint": name, "step": step, "accuracy": float(accuracy_metric.result()),
-        "loss": float(loss_metric.result()), "examples": n,
-        "devices": list(device_names) if device_names else ["no strategy"], "data_dir": data.source,
+        "checkpoint": name,
+        "step": step,
+        "accuracy": float(accuracy_metric.result()),
+        "loss": float(loss_metric.result()),
+        "examples": n,
+        "devices": list(device_names) if device_names else ["no strategy"],
+        "data_dir": data.source,
     }
     if notes:
         result["note"] = " ".join(notes)

@@ -24,8 +24,7 @@ import sys
 import time
 
 from . import cluster, devices, jobs, runs, stopping
-from .config import (APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, UnevenBatch,
-                     check_int)
+from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, UnevenBatch, check_int
 
 # TensorFlow's C++ warnings: split plans capture and show them (an AUTO-to-DATA
 # fallback is one); other commands ask for errors only. TensorFlow 2.21 still prints
@@ -61,15 +60,18 @@ def run_dir_arg(text: str) -> str:
 
 def add_devices(parser, required: bool = False, default_replicas: int = 2):
     group = parser.add_mutually_exclusive_group(required=required)
-    group.add_argument("--replicas", help="number of replicas (GPUs if there are enough, else logical CPUs; "
-                                          f"default {default_replicas})")
+    group.add_argument(
+        "--replicas",
+        help=f"number of replicas (GPUs if there are enough, else logical CPUs; default {default_replicas})",
+    )
     group.add_argument("--devices", help="explicit device list, e.g. cpu:0,cpu:1 or gpu:0,gpu:1")
     return group
 
 
 def add_train_flags(p):
-    p.add_argument("--run-dir", required=True, type=run_dir_arg,
-                   help="the run directory (created; must be new unless --resume)")
+    p.add_argument(
+        "--run-dir", required=True, type=run_dir_arg, help="the run directory (created; must be new unless --resume)"
+    )
     p.add_argument("--global-batch", help="global batch size (default 64)")
     p.add_argument("--epochs", help="epochs (default 1)")
     p.add_argument("--max-steps", help="stop after this many global steps (default: no limit)")
@@ -77,8 +79,9 @@ def add_train_flags(p):
     p.add_argument("--steps-per-loop", help="steps per tf.function call (default 20)")
     p.add_argument("--checkpoint-every", help="checkpoint every N steps (default: epoch ends only)")
     p.add_argument("--keep-checkpoints", help="keep the newest N checkpoints, deleting older ones (default 0: all)")
-    p.add_argument("--model", type=str.lower, choices=MODELS,
-                   help="cnn (tutorial, default) or mlp (training-loop guide)")
+    p.add_argument(
+        "--model", type=str.lower, choices=MODELS, help="cnn (tutorial, default) or mlp (training-loop guide)"
+    )
     p.add_argument("--optimizer", type=str.lower, choices=OPTIMIZERS, help="adam (default) or sgd")
     p.add_argument("--learning-rate", help="learning rate (default 0.001)")
     p.add_argument("--l2", help="L2 weight penalty (default 0)")
@@ -105,15 +108,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch", required=True, help="global batch size G")
     add_devices(p)
     p.add_argument("--policy", default="auto", type=str.lower, choices=POLICIES, help="tf.data AutoShardPolicy")
-    p.add_argument("--api", default="dataset", type=str.lower, choices=APIS,
-                   help="dataset: experimental_distribute_dataset; function: distribute_datasets_from_function")
+    p.add_argument(
+        "--api",
+        default="dataset",
+        type=str.lower,
+        choices=APIS,
+        help="dataset: experimental_distribute_dataset; function: distribute_datasets_from_function",
+    )
     p.add_argument("--drop-remainder", action="store_true", help="drop the last partial global batch")
     p.add_argument("--files", default="0", help="write the ids into F TFRecord files (0: in memory)")
-    p.add_argument("--shuffle-seed", help="also give Fashion-MNIST row numbers in the order epoch 1 of a "
-                   "training run with this --seed reads them")
-    p.add_argument("--no-map", action="store_true", help="end the pipeline at batch(), as the distributed-input "
-                   "guide's examples do (by default a map follows the batch, as in training; under FILE and "
-                   "OFF TensorFlow then cuts batches into other pieces)")
+    p.add_argument(
+        "--shuffle-seed",
+        help="also give Fashion-MNIST row numbers in the order epoch 1 of a training run with this --seed reads them",
+    )
+    p.add_argument(
+        "--no-map",
+        action="store_true",
+        help="end the pipeline at batch(), as the distributed-input "
+        "guide's examples do (by default a map follows the batch, as in training; under FILE and "
+        "OFF TensorFlow then cuts batches into other pieces)",
+    )
     p.add_argument("--workers", default="1", help="run the plan on W worker processes (MultiWorkerMirroredStrategy)")
     p.add_argument("--multi-worker", action="store_true", help=argparse.SUPPRESS)  # one worker of --workers
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -124,15 +138,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train with a MirroredStrategy custom loop into a run directory")
     add_train_flags(p)
     add_devices(p)
-    p.add_argument("--multi-worker", action="store_true",
-                   help="be one worker of the TF_CONFIG cluster (MultiWorkerMirroredStrategy); "
-                        "worker 0 writes --run-dir")
+    p.add_argument(
+        "--multi-worker",
+        action="store_true",
+        help="be one worker of the TF_CONFIG cluster (MultiWorkerMirroredStrategy); worker 0 writes --run-dir",
+    )
 
     p = sub.add_parser("cluster", help="train on W local worker processes (MultiWorkerMirroredStrategy)")
     add_train_flags(p)
     p.add_argument("--workers", required=True, help="number of worker processes (2 or more)")
-    p.add_argument("--replicas-per-worker", default="1",
-                   help="replicas in each worker: 1 on CPU; on GPUs, this many GPUs per worker")
+    p.add_argument(
+        "--replicas-per-worker",
+        default="1",
+        help="replicas in each worker: 1 on CPU; on GPUs, this many GPUs per worker",
+    )
 
     p = sub.add_parser("evaluate", help="restore a checkpoint and evaluate it on the test set")
     p.add_argument("--run-dir", required=True, type=run_dir_arg, help="the run directory to evaluate")
@@ -145,9 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("loss-check", help="one batch's loss: single device vs distributed vs common mistakes")
     add_devices(p)
-    p.add_argument("--global-batch", default="64", help="global batch size G (default 64); the batch is the first G test images, or --examples of them")
-    p.add_argument("--examples", help="examples in the batch, fewer than G for a partial last batch "
-                                      "(default: G, a full batch)")
+    p.add_argument(
+        "--global-batch",
+        default="64",
+        help="global batch size G (default 64); the batch is the first G test images, or --examples of them",
+    )
+    p.add_argument(
+        "--examples", help="examples in the batch, fewer than G for a partial last batch (default: G, a full batch)"
+    )
     p.add_argument("--seed", default="0", help="seed for the model's initial weights (default 0)")
     p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -190,6 +214,7 @@ def keep_training(on_record, stop):
     at the end of its loop, with a checkpoint, as for Ctrl-C, and exits OUTPUT_LOST, not 0 as
     if finished. Raised instead, the error would fail it at once, with its status left
     "running" (the failure's own record hits the same pipe)."""
+
     def guarded(record):
         try:
             on_record(record)
@@ -199,6 +224,7 @@ def keep_training(on_record, stop):
             if stop.signum is None:  # (a signal that came first keeps its own status)
                 stop.signum = signal.SIGPIPE
             stop.set()
+
     return guarded
 
 
@@ -209,29 +235,47 @@ def cmd_devices(args) -> int:
     else:
         print(f"TensorFlow {info['tensorflow']}; {info['cpu_cores']} CPU cores")
         print("GPUs: " + (", ".join(info["gpus"]) or "none"))
-        print(f"CPU: can be split into up to {info['max_logical_cpus']} logical devices (cpu:0 ... cpu:{info['max_logical_cpus'] - 1})")
+        most = info["max_logical_cpus"]
+        print(f"CPU: can be split into up to {most} logical devices (cpu:0 ... cpu:{most - 1})")
         print("default device set: " + ",".join(info["default"]))
     return 0
 
 
 def split_config(request: dict, names) -> SplitConfig:
-    return SplitConfig(examples=request.get("examples"), global_batch=request.get("global_batch"),
-                       devices=tuple(names), policy=request.get("policy", "auto"),
-                       api=request.get("api", "dataset"), drop_remainder=request.get("drop_remainder", False),
-                       files=request.get("files", 0), workers=request.get("workers", 1),
-                       shuffle_seed=request.get("shuffle_seed"), map_after_batch=request.get("map_after_batch", True))
+    return SplitConfig(
+        examples=request.get("examples"),
+        global_batch=request.get("global_batch"),
+        devices=tuple(names),
+        policy=request.get("policy", "auto"),
+        api=request.get("api", "dataset"),
+        drop_remainder=request.get("drop_remainder", False),
+        files=request.get("files", 0),
+        workers=request.get("workers", 1),
+        shuffle_seed=request.get("shuffle_seed"),
+        map_after_batch=request.get("map_after_batch", True),
+    )
 
 
 def cmd_split(args) -> int:
     from . import inputs, split
 
-    request = {"examples": args.examples, "global_batch": args.global_batch, "policy": args.policy,
-               "api": args.api, "drop_remainder": args.drop_remainder, "files": args.files,
-               "shuffle_seed": args.shuffle_seed, "map_after_batch": not args.no_map}
+    request = {
+        "examples": args.examples,
+        "global_batch": args.global_batch,
+        "policy": args.policy,
+        "api": args.api,
+        "drop_remainder": args.drop_remainder,
+        "files": args.files,
+        "shuffle_seed": args.shuffle_seed,
+        "map_after_batch": not args.no_map,
+    }
     workers = check_int("workers", args.workers, high=16)
     if workers > 1:
-        instead = (f"for {args.replicas} replicas on CPU use --workers {args.replicas}" if args.replicas
-                   else "on CPU each worker is one replica")
+        instead = (
+            f"for {args.replicas} replicas on CPU use --workers {args.replicas}"
+            if args.replicas
+            else "on CPU each worker is one replica"
+        )
         refuse_device_flags(args, f"--workers {workers}", instead)
     if workers > 1 and not args.multi_worker:
         return split_on_workers(args, workers)
@@ -258,7 +302,8 @@ def refuse_device_flags(args, workers_flag: str, instead: str) -> None:
         if value is not None:
             raise DistcoreError(
                 f"{flag} {value} does not apply with {workers_flag}: each worker process has its own devices "
-                f"(MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop {flag}; {instead}.")
+                f"(MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop {flag}; {instead}."
+            )
 
 
 def print_plan(plan: dict, prefix: str = "") -> None:
@@ -277,11 +322,33 @@ def split_on_workers(args, workers: int) -> int:
 
     from . import split
 
-    split_config({"examples": args.examples, "global_batch": args.global_batch, "api": args.api,
-                  "policy": args.policy, "files": args.files, "workers": workers,
-                  "shuffle_seed": args.shuffle_seed}, ("cpu:0",))  # check first
-    argv = ["split", "--multi-worker", "--json", "--examples", str(args.examples), "--global-batch",
-            str(args.global_batch), "--policy", args.policy, "--api", args.api, "--files", str(args.files)]
+    split_config(
+        {
+            "examples": args.examples,
+            "global_batch": args.global_batch,
+            "api": args.api,
+            "policy": args.policy,
+            "files": args.files,
+            "workers": workers,
+            "shuffle_seed": args.shuffle_seed,
+        },
+        ("cpu:0",),
+    )  # check first
+    argv = [
+        "split",
+        "--multi-worker",
+        "--json",
+        "--examples",
+        str(args.examples),
+        "--global-batch",
+        str(args.global_batch),
+        "--policy",
+        args.policy,
+        "--api",
+        args.api,
+        "--files",
+        str(args.files),
+    ]
     argv += ["--drop-remainder"] if args.drop_remainder else []
     argv += ["--shuffle-seed", str(args.shuffle_seed)] if args.shuffle_seed is not None else []
     argv += ["--no-map"] if args.no_map else []
@@ -341,9 +408,25 @@ def cmd_planner(args) -> int:
     return 0
 
 
-TRAIN_FLAGS = ("global_batch", "epochs", "max_steps", "seed", "steps_per_loop", "checkpoint_every", "keep_checkpoints",
-               "model", "optimizer", "learning_rate", "l2", "policy", "api", "drop_remainder", "train_examples",
-               "test_examples", "data_dir")
+TRAIN_FLAGS = (
+    "global_batch",
+    "epochs",
+    "max_steps",
+    "seed",
+    "steps_per_loop",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "model",
+    "optimizer",
+    "learning_rate",
+    "l2",
+    "policy",
+    "api",
+    "drop_remainder",
+    "train_examples",
+    "test_examples",
+    "data_dir",
+)
 
 
 def train_flags(args) -> dict:
@@ -378,8 +461,9 @@ def cmd_train(args) -> int:
     unconnected = cluster.peers_wait if args.multi_worker else (lambda err: err)
     try:
         if args.multi_worker:  # refused with a note on what a worker takes instead
-            refuse_device_flags(args, "--multi-worker",
-                                "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs")
+            refuse_device_flags(
+                args, "--multi-worker", "on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs"
+            )
         task = cluster.current_task() if args.multi_worker else cluster.Task(workers=1, index=0)
         changes = {**train_flags(args), "workers": task.workers}
         if args.multi_worker:  # not the saved run's devices times the workers; train_config checks this worker's own
@@ -452,8 +536,9 @@ def cmd_cluster(args) -> int:
     # nothing to stop, and a SIGTERM right after the run finished must not kill the launcher (-15).
     # A handler that does nothing, not SIG_IGN, which would drop a stop held for the workers.
     with stopping.handling(stopping.STOPS, lambda signum, frame: None):
-        outcome = cluster.launch(argv, workers, chief_stdout=sys.stdout if args.json else None,
-                                 gpus_per_worker=per_worker if gpus else 0)
+        outcome = cluster.launch(
+            argv, workers, chief_stdout=sys.stdout if args.json else None, gpus_per_worker=per_worker if gpus else 0
+        )
         return cluster_outcome(args, workers, outcome, launched)
 
 
@@ -466,8 +551,14 @@ def cluster_outcome(args, workers: int, outcome: cluster.Outcome, launched: floa
     if outcome.failed is not None:
         runs.record_failure(args.run_dir, outcome.message)
         saved = runs.list_checkpoints(args.run_dir)
-        raise DistcoreError(outcome.message + (f" The run directory keeps its checkpoints (the newest: {saved[-1]}); "
-                                               "continue with --resume." if saved else " No checkpoint was saved."))
+        raise DistcoreError(
+            outcome.message
+            + (
+                f" The run directory keeps its checkpoints (the newest: {saved[-1]}); continue with --resume."
+                if saved
+                else " No checkpoint was saved."
+            )
+        )
     state = (runs.read_status(args.run_dir) or {}).get("state", "finished")  # or stopped on request
     if not args.json:
         print(f"{workers} workers {state}; run directory: {args.run_dir}")
@@ -494,7 +585,8 @@ def check_gpus(per_worker: int, workers: int, gpus: int) -> None:
     if per_worker > 1 and gpus < workers * per_worker:
         raise DistcoreError(
             f"replicas per worker ({per_worker}) needs {workers * per_worker} GPUs; this machine has {gpus}. "
-            "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica.")
+            "MultiWorkerMirroredStrategy gives each CPU-only worker exactly one replica."
+        )
 
 
 def forwarded_train_flags(args) -> list[str]:
@@ -519,6 +611,7 @@ def stops_before_launch():
     """SIGTERM or Ctrl-C while `cluster` counts GPUs (seconds: the child imports TensorFlow)
     stops it as `train` stops before training begins, rather than ending it silently (exit
     143) with the child left running. Raised here, the exception also makes subprocess kill it."""
+
     def stop(signum, frame):
         raise StoppedBeforeLaunch(signum)
 
@@ -551,7 +644,9 @@ def is_epoch(record: dict) -> bool:
 
 
 def epoch_line(record: dict) -> str:
-    return f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, test accuracy {record['test_accuracy']:.4f}"
+    return (
+        f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, test accuracy {record['test_accuracy']:.4f}"
+    )
 
 
 class Progress:
@@ -565,8 +660,10 @@ class Progress:
             done = record["step"] / self.total
             bar = "#" * int(30 * done)
             speed = record.get("examples_per_sec")  # none from the step that traced
-            sys.stderr.write(f"\r[{bar:<30}] step {record['step']}/{self.total} loss {record['loss']:.4f} "
-                             + (f"{speed:.0f} ex/s " if speed else ""))
+            sys.stderr.write(
+                f"\r[{bar:<30}] step {record['step']}/{self.total} loss {record['loss']:.4f} "
+                + (f"{speed:.0f} ex/s " if speed else "")
+            )
         elif is_epoch(record):
             sys.stderr.write(f"\n{epoch_line(record)}\n")
         sys.stderr.flush()
@@ -584,8 +681,10 @@ def cmd_evaluate(args) -> int:
     if args.json:
         print_json(result)
         return 0
-    print(f"{result['checkpoint']} (step {result['step']}) on {', '.join(result['devices'])}: "
-          f"accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f} over {result['examples']} test images")
+    print(
+        f"{result['checkpoint']} (step {result['step']}) on {', '.join(result['devices'])}: "
+        f"accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f} over {result['examples']} test images"
+    )
     if "note" in result:
         print("note: " + result["note"])
     if args.details:
@@ -609,15 +708,22 @@ def print_details(result: dict) -> None:
 def cmd_loss_check(args) -> int:
     from .losscheck import loss_check
 
-    result = loss_check(device_names(args), args.global_batch, seed=args.seed, data_dir=args.data_dir,
-                        examples=args.examples)
+    result = loss_check(
+        device_names(args), args.global_batch, seed=args.seed, data_dir=args.data_dir, examples=args.examples
+    )
     if args.json:
         print_json(result)
     else:  # the shares per replica ("2 + 2 + 0") too, not only in the JSON
         shares = " + ".join(str(n) for n in result["per_replica_examples"])
         print(f"{result['examples']} examples on {result['replicas']} replicas: {shares}")
-        for key in ("single_device", "distributed", "tutorial_fixed_g", "keras_default",
-                    "mistake_reduce_mean", "mistake_keras_mean"):
+        for key in (
+            "single_device",
+            "distributed",
+            "tutorial_fixed_g",
+            "keras_default",
+            "mistake_reduce_mean",
+            "mistake_keras_mean",
+        ):
             value = result[key]
             print(f"{key:>20}: " + (f"{value:.6f}" if value is not None else f"fails ({result[key + '_failure']})"))
         print(result["explanation"])
@@ -630,9 +736,16 @@ def cmd_bench(args) -> int:
     return bench.main(args)
 
 
-COMMANDS = {"devices": cmd_devices, "split": cmd_split, "planner": cmd_planner, "train": cmd_train,
-            "cluster": cmd_cluster,
-            "evaluate": cmd_evaluate, "loss-check": cmd_loss_check, "bench": cmd_bench}
+COMMANDS = {
+    "devices": cmd_devices,
+    "split": cmd_split,
+    "planner": cmd_planner,
+    "train": cmd_train,
+    "cluster": cmd_cluster,
+    "evaluate": cmd_evaluate,
+    "loss-check": cmd_loss_check,
+    "bench": cmd_bench,
+}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -36,8 +36,10 @@ from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError
 
 # Said by a worker started by hand that failed before it connected: TensorFlow's start-up
 # barrier has no end, and its peers wait in it with no word of why.
-PEERS_WAIT = ("The other workers, if started, wait for this one: start it again once that is fixed, or press "
-              "Ctrl-C twice in each of them to stop them.")
+PEERS_WAIT = (
+    "The other workers, if started, wait for this one: start it again once that is fixed, or press "
+    "Ctrl-C twice in each of them to stop them."
+)
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 3.0
 FAILURE_BOUND_SECONDS = 10  # death noticed within POLL, the rest gone within GRACE + kill
@@ -69,13 +71,19 @@ def parse_tf_config(text: str | None) -> Task:
     cluster = spec.get("cluster") if isinstance(spec, dict) else None
     task = spec.get("task") if isinstance(spec, dict) else None
     if not isinstance(cluster, dict) or not isinstance(task, dict):
-        raise DistcoreError('TF_CONFIG must hold {"cluster": {"worker": [...]}, "task": {"type": "worker", "index": i}}.')
+        raise DistcoreError(
+            'TF_CONFIG must hold {"cluster": {"worker": [...]}, "task": {"type": "worker", "index": i}}.'
+        )
     for job in ("chief", "worker"):  # a string's characters are not addresses
         if job in cluster and not isinstance(cluster[job], list):
-            raise DistcoreError(f'TF_CONFIG cluster.{job} must be a JSON list of "host:port" strings, e.g. '
-                                f'["hostA:2222", "hostB:2222"]; got {json.dumps(cluster[job])}.')
+            raise DistcoreError(
+                f'TF_CONFIG cluster.{job} must be a JSON list of "host:port" strings, e.g. '
+                f'["hostA:2222", "hostB:2222"]; got {json.dumps(cluster[job])}.'
+            )
     if set(cluster) - {"worker", "chief"} or not cluster.get("worker"):
-        raise DistcoreError(f"TF_CONFIG cluster must list workers (and optionally one chief); got job types {sorted(cluster)}.")
+        raise DistcoreError(
+            f"TF_CONFIG cluster must list workers (and optionally one chief); got job types {sorted(cluster)}."
+        )
     addresses = list(cluster.get("chief", [])) + list(cluster["worker"])
     if not all(isinstance(a, str) and ":" in a for a in addresses) or len(set(addresses)) != len(addresses):
         raise DistcoreError(f"TF_CONFIG addresses must be distinct 'host:port' strings; got {addresses}.")
@@ -83,8 +91,10 @@ def parse_tf_config(text: str | None) -> Task:
         check_port(address)
     kind, index = task.get("type"), task.get("index")
     if isinstance(index, bool) or not isinstance(index, int):  # TensorFlow would take "1" and True
-        raise DistcoreError(f"TF_CONFIG task index {index!r} must be a whole number (0 for the first "
-                            f"{kind or 'worker'}), written without quotes.")
+        raise DistcoreError(
+            f"TF_CONFIG task index {index!r} must be a whole number (0 for the first "
+            f"{kind or 'worker'}), written without quotes."
+        )
     if kind not in cluster or not 0 <= index < len(cluster[kind]):
         raise DistcoreError(f"TF_CONFIG task {task} does not name a member of the cluster {cluster}.")
     offset = len(cluster.get("chief", [])) if kind == "worker" else 0
@@ -94,8 +104,9 @@ def parse_tf_config(text: str | None) -> Task:
 def check_port(address: str) -> None:
     port = address.rsplit(":", 1)[1]
     if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        raise DistcoreError(f"TF_CONFIG address {address!r} has no valid port ({port!r}): "
-                            "write host:port with a port from 1 to 65535.")
+        raise DistcoreError(
+            f"TF_CONFIG address {address!r} has no valid port ({port!r}): write host:port with a port from 1 to 65535."
+        )
 
 
 def peers_wait(err: DistcoreError) -> DistcoreError:
@@ -166,8 +177,11 @@ def disagreement(fields: dict, rows, replicas_per_worker: int = 1) -> str | None
     problems = []
     for worker in range(1, len(rows) // replicas_per_worker):
         row = list(rows[worker * replicas_per_worker])
-        differ = [describe_difference(name, fields[name], row[i], chief[i])
-                  for i, name in enumerate(names) if row[i] != chief[i]]
+        differ = [
+            describe_difference(name, fields[name], row[i], chief[i])
+            for i, name in enumerate(names)
+            if row[i] != chief[i]
+        ]
         if differ:
             problems.append(f"worker {worker}'s flags differ from worker 0's: " + ", ".join(differ))
     if not problems:
@@ -195,8 +209,9 @@ def free_ports(count: int) -> list[int]:
 
 def local_tf_configs(workers: int) -> list[str]:
     addresses = [f"127.0.0.1:{port}" for port in free_ports(workers)]
-    return [json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}})
-            for i in range(workers)]
+    return [
+        json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}}) for i in range(workers)
+    ]
 
 
 @dataclass
@@ -208,8 +223,15 @@ class Outcome:
     stop_requested: int | None = None  # the first stop request's signal (passed on), if any
 
 
-def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: Path | None = None,
-           gpus_per_worker: int = 0, timeout: float | None = None) -> Outcome:
+def launch(
+    worker_args: list[str],
+    workers: int,
+    *,
+    chief_stdout=None,
+    log_dir: Path | None = None,
+    gpus_per_worker: int = 0,
+    timeout: float | None = None,
+) -> Outcome:
     """Run `python -m distcore WORKER_ARGS` as `workers` processes of one cluster.
 
     Worker i's stdout goes to LOG_DIR/worker-i.out (the chief's to `chief_stdout`
@@ -227,8 +249,11 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
 
     def forward(signum, _frame):
         if not asked:  # the workers' own words go to their logs
-            os.write(2, f"distcore: passing the stop on to the {workers} workers; they stop at the end of their "
-                        "loop of steps, with a checkpoint.\n".encode())
+            os.write(
+                2,
+                f"distcore: passing the stop on to the {workers} workers; they stop at the end of their "
+                "loop of steps, with a checkpoint.\n".encode(),
+            )
         asked.append(signum)
         for p in procs:
             if p.poll() is None:
@@ -246,9 +271,18 @@ def launch(worker_args: list[str], workers: int, *, chief_stdout=None, log_dir: 
                     out = open(log_dir / f"worker-{index}.out", "w")
                     files += [log, out]
                     stdout = chief_stdout if index == 0 and chief_stdout is not None else out
-                    procs.append(subprocess.Popen([sys.executable, "-m", "distcore", *worker_args], env=env,
-                                                  stdout=stdout, stderr=log, text=True))
-                    (Path(scratch) / f"worker-{procs[-1].pid}.pid").touch()  # for launcher_scratch (a chief has no folder)
+                    procs.append(
+                        subprocess.Popen(
+                            [sys.executable, "-m", "distcore", *worker_args],
+                            env=env,
+                            stdout=stdout,
+                            stderr=log,
+                            text=True,
+                        )
+                    )
+                    (
+                        Path(scratch) / f"worker-{procs[-1].pid}.pid"
+                    ).touch()  # for launcher_scratch (a chief has no folder)
             outcome = watch(procs, log_dir, timeout)
             outcome.stop_requested = asked[0] if asked else None
         finally:
@@ -295,8 +329,12 @@ def held_stops(in_main: bool):
 
 
 def worker_env(index: int, tf_config: str, workers: int, gpus_per_worker: int, scratch: str) -> dict:
-    env = {**os.environ, "TF_CONFIG": tf_config, "TMPDIR": scratch,  # TMPDIR: where tempfile creates
-           stopping.LAUNCHED_ENV: "1"}  # watch() stops stuck workers itself
+    env = {
+        **os.environ,
+        "TF_CONFIG": tf_config,
+        "TMPDIR": scratch,  # TMPDIR: where tempfile creates
+        stopping.LAUNCHED_ENV: "1",
+    }  # watch() stops stuck workers itself
     if gpus_per_worker:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index * gpus_per_worker + g) for g in range(gpus_per_worker))
     else:  # the workers share this host's cores, as replicas of one process do
@@ -331,8 +369,10 @@ def watch(procs, log_dir: Path, timeout: float | None) -> Outcome:
         # so the hung ones are named too, from TensorFlow's heartbeats.
         hung = [str(w) for w in unhealthy(log) if w != failed]
         if hung:
-            message = (f"worker {', '.join(hung)} stopped responding (TensorFlow's heartbeats found it unhealthy), "
-                       f"so {message}")
+            message = (
+                f"worker {', '.join(hung)} stopped responding (TensorFlow's heartbeats found it unhealthy), "
+                f"so {message}"
+            )
     return Outcome(codes, failed, message, seconds)
 
 
@@ -382,8 +422,11 @@ def describe_exit(code: int) -> str:
 def tail(path: Path, lines: int = 3) -> str:
     noise = ("I0000", "W0000", "WARNING: All log", "warnings.warn", "UserWarning")
     try:
-        text = [line for line in path.read_text(errors="replace").splitlines()
-                if line.strip() and not any(n in line for n in noise)]
+        text = [
+            line
+            for line in path.read_text(errors="replace").splitlines()
+            if line.strip() and not any(n in line for n in noise)
+        ]
     except OSError:
         return "(no log)"
     return " | ".join(line.strip()[:300] for line in text[-lines:]) or "(empty)"

@@ -53,8 +53,10 @@ def parse_device_list(text) -> tuple[str, ...]:
     elif isinstance(text, Iterable) and not isinstance(text, (bytes, bytearray, Mapping)):
         items = list(text)  # not `text or ""`, which asks a numpy array for its truth value
     else:
-        raise DistcoreError(f"devices ({text!r}) must be device names, as a list such as ['cpu:0', 'cpu:1'] "
-                            "or as text such as cpu:0,cpu:1.")
+        raise DistcoreError(
+            f"devices ({text!r}) must be device names, as a list such as ['cpu:0', 'cpu:1'] "
+            "or as text such as cpu:0,cpu:1."
+        )
     items = [str(item).strip() for item in items if str(item).strip()]
     if not items:
         raise DistcoreError("the device set is empty: name at least one device, e.g. cpu:0,cpu:1.")
@@ -105,9 +107,11 @@ def check_utf8_path(path, what: str) -> None:
         str(path).encode("utf-8")
     except UnicodeError:
         shown = str(path).encode("utf-8", "backslashreplace").decode()
-        raise DistcoreError(f"{what} {shown} is not UTF-8 text as this process read it (its locale's encoding is "
-                            f"{sys.getfilesystemencoding()}), and TensorFlow needs UTF-8 paths: use a UTF-8 locale "
-                            "(LANG=C.UTF-8, or PYTHONUTF8=1).") from None
+        raise DistcoreError(
+            f"{what} {shown} is not UTF-8 text as this process read it (its locale's encoding is "
+            f"{sys.getfilesystemencoding()}), and TensorFlow needs UTF-8 paths: use a UTF-8 locale "
+            "(LANG=C.UTF-8, or PYTHONUTF8=1)."
+        ) from None
 
 
 def check_int(name: str, value, *, low: int = 1, high: int | None = None) -> int:
@@ -177,11 +181,14 @@ class UnevenBatch(DistcoreError):
     """A global batch that distribute_datasets_from_function cannot divide over the replicas."""
 
     def __init__(self, global_batch: int, replicas: int):
-        below = global_batch - global_batch % replicas or replicas  # never 0; "a global batch of", as a bare "try 3." reads as a replica count
+        below = (
+            global_batch - global_batch % replicas or replicas
+        )  # never 0; "a global batch of", as a bare "try 3." reads as a replica count
         super().__init__(
             f"with distribute_datasets_from_function the global batch ({global_batch}) must "
             f"divide evenly by the number of replicas ({replicas}); "
-            f"try a global batch of {below} or {below + replicas}.")
+            f"try a global batch of {below} or {below + replicas}."
+        )
         self.global_batch, self.replicas = global_batch, replicas
 
 
@@ -235,11 +242,15 @@ class SplitConfig:
         if self.api == "function" and self.global_batch % replicas:
             raise UnevenBatch(self.global_batch, replicas)
         if self.files and self.shuffle_seed is not None:
-            raise DistcoreError("source files (--files) are for the toy dataset: the Fashion-MNIST rows show "
-                                "training's own split, which writes no files of ids; set them to 0.")
+            raise DistcoreError(
+                "source files (--files) are for the toy dataset: the Fashion-MNIST rows show "
+                "training's own split, which writes no files of ids; set them to 0."
+            )
         if self.files and self.files > self.examples:
-            raise DistcoreError(f"source files ({self.files}) must be at most the number of examples "
-                                f"({self.examples}): each file holds at least one id.")
+            raise DistcoreError(
+                f"source files ({self.files}) must be at most the number of examples "
+                f"({self.examples}): each file holds at least one id."
+            )
         if -(-self.examples // self.global_batch) > MAX_SPLIT_STEPS:
             raise DistcoreError(
                 f"{self.examples} examples in batches of {self.global_batch} make "
@@ -321,8 +332,11 @@ class TrainConfig:
                 f"({self.train_examples} examples): choose a batch of at most {self.train_examples}."
             )
         if self.workers > 1 and self.api == "dataset" and self.policy in ("file", "off"):
-            why = ("every worker would read every example" if self.policy == "off"
-                   else "each worker's own files would set how many steps it takes")
+            why = (
+                "every worker would read every example"
+                if self.policy == "off"
+                else "each worker's own files would set how many steps it takes"
+            )
             files = f" --files {self.workers}" if self.policy == "file" else ""  # a file per worker at least
             raise DistcoreError(
                 f"shard policy {self.policy.upper()} cannot train across {self.workers} workers with "
@@ -369,8 +383,16 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     # What a resume may change without invalidating the checkpoint.
-    RESUMABLE = ("epochs", "max_steps", "steps_per_loop", "checkpoint_every", "keep_checkpoints", "devices", "workers",
-                 "data_dir")
+    RESUMABLE = (
+        "epochs",
+        "max_steps",
+        "steps_per_loop",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "devices",
+        "workers",
+        "data_dir",
+    )
 
     def resume_conflicts(self, saved: "TrainConfig") -> list[str]:
         """Fields that differ from the saved run and would make its checkpoint mean something else."""

@@ -29,15 +29,23 @@ FILES = {
 }
 SIZES = {"train": 60_000, "test": 10_000}
 CLASS_NAMES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 KERAS_TMP_HOME = Path("/tmp/.keras")  # Keras's when it cannot write to $KERAS_HOME
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 HOW_TO_GET = (
     "Get the data one of these ways: `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu, "
     f"installs to {DEBIAN_DIR}); or, with internet, run "
-    "`python -c \"import keras; keras.datasets.fashion_mnist.load_data()\"` (fills "
+    '`python -c "import keras; keras.datasets.fashion_mnist.load_data()"` (fills '
     "$KERAS_HOME/datasets/fashion-mnist; KERAS_HOME defaults to ~/.keras); or download the four *-ubyte.gz files from "
     "github.com/zalandoresearch/fashion-mnist into a folder and name it with --data-dir FOLDER "
     "(data_dir=FOLDER in Python; the app reads $DISTCORE_DATA_DIR)."
@@ -91,10 +99,11 @@ def read_idx(path: Path, magic: int, shape: tuple[int, ...]) -> np.ndarray:
     if len(raw) < header:
         raise DistcoreError(f"{path} is too short to be an IDX file. {HOW_TO_GET}")
     found_magic = int.from_bytes(raw[:4], "big")
-    dims = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    dims = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     if found_magic != magic or dims != shape:
         raise DistcoreError(
-            f"{path} has header {found_magic} {dims}, expected {magic} {shape}: not the Fashion-MNIST file. {HOW_TO_GET}"
+            f"{path} has header {found_magic} {dims}, expected {magic} {shape}: "
+            f"not the Fashion-MNIST file. {HOW_TO_GET}"
         )
     body = np.frombuffer(raw, dtype=np.uint8, offset=header)
     if body.size != int(np.prod(shape)):
@@ -139,8 +148,10 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=N
     colleague can so be evaluated or resumed in the app, which has no data folder field.)
     """
     if saved_in and data_dir and not has_files(Path(data_dir).expanduser()):
-        lacking = (f"the run's data folder {data_dir} (its data_dir in {saved_in}) lacks "
-                   f"{missing_files(Path(data_dir).expanduser())}")
+        lacking = (
+            f"the run's data folder {data_dir} (its data_dir in {saved_in}) lacks "
+            f"{missing_files(Path(data_dir).expanduser())}"
+        )
         try:
             found = locate(None, download)
         except DistcoreError as err:
@@ -157,8 +168,10 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=N
         if named and folder == Path(named).expanduser():
             # named as given (data_dir= or --data-dir), and a file called a file, not said to "lack" them
             what = "is a file, not a folder: name the folder that holds" if folder.is_file() else "lacks"
-            raise DistcoreError(f"{'--data-dir (data_dir=)' if data_dir else '$DISTCORE_DATA_DIR'} {folder} {what} "
-                                f"{missing_files(folder)}. {HOW_TO_GET}")
+            raise DistcoreError(
+                f"{'--data-dir (data_dir=)' if data_dir else '$DISTCORE_DATA_DIR'} {folder} {what} "
+                f"{missing_files(folder)}. {HOW_TO_GET}"
+            )
     if download is None:
         download = settings.get("DISTCORE_NO_DOWNLOAD") in ("", "0")
     if download:
@@ -180,6 +193,9 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=N
 def subset(data: FashionMNIST, train_examples: int, test_examples: int) -> FashionMNIST:
     """The first N examples of each split: deterministic, so runs can be compared."""
     return FashionMNIST(
-        data.train_images[:train_examples], data.train_labels[:train_examples],
-        data.test_images[:test_examples], data.test_labels[:test_examples], data.source,
+        data.train_images[:train_examples],
+        data.train_labels[:train_examples],
+        data.test_images[:test_examples],
+        data.test_labels[:test_examples],
+        data.source,
     )

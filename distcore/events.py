@@ -44,6 +44,7 @@ def series_writer(writer, tag: str):
         with writer.as_default():
             for i in tf.range(tf.size(values)):
                 tf.summary.write(tag, values[i], step=steps[i], metadata=metadata)
+
     return write
 
 
@@ -107,6 +108,6 @@ def read_events(path: Path) -> tuple[list, bool]:
         end = at + 12 + length + 4
         if end > len(data):
             break
-        events.append(tf.compat.v1.Event.FromString(data[at + 12:end - 4]))
+        events.append(tf.compat.v1.Event.FromString(data[at + 12 : end - 4]))
         at = end
     return events, at != len(data)

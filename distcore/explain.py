@@ -2,6 +2,7 @@
 
 Markdown text (bold with **), no HTML; the app shows it, the tests read it. No TensorFlow.
 """
+
 from __future__ import annotations
 
 from . import runs
@@ -28,17 +29,21 @@ def batch_note(gpus, global_batch, cpu_count, gpu_boxes, workers=1) -> str:
         arithmetic = f"({g} / {shown} {quotient(g, replicas)}{why})"
         # Fewer examples than replicas leaves the same replicas empty at every step: say how many.
         empty = replicas - g
-        what = (f"**{count(g, 'example')} for {shown}** {arithmetic}: at each step {empty} of them "
-                f"{'gets' if empty == 1 else 'get'} an empty batch (still running the step and joining the "
-                "all-reduce, adding nothing)"
-                if g < replicas else
-                f"**{g} does not divide evenly by {shown}** {arithmetic}: replicas will get unequal batches, "
-                "and some may get an empty one at every step. How TensorFlow cuts a batch depends on the shard "
-                "policy and drop_remainder: 4 over 3 replicas is 2/2/0, or 2/1/1 under FILE and OFF with "
-                "drop_remainder")
+        what = (
+            f"**{count(g, 'example')} for {shown}** {arithmetic}: at each step {empty} of them "
+            f"{'gets' if empty == 1 else 'get'} an empty batch (still running the step and joining the "
+            "all-reduce, adding nothing)"
+            if g < replicas
+            else f"**{g} does not divide evenly by {shown}** {arithmetic}: replicas will get unequal batches, "
+            "and some may get an empty one at every step. How TensorFlow cuts a batch depends on the shard "
+            "policy and drop_remainder: 4 over 3 replicas is 2/2/0, or 2/1/1 under FILE and OFF with "
+            "drop_remainder"
+        )
         # The refusal is named after both cuts, so it reads as the function API's, not as a third cut.
-        return (f"⚠️ {what}. distribute_datasets_from_function refuses a global batch that does not divide evenly. "
-                "Press **Show split** to see exactly.")
+        return (
+            f"⚠️ {what}. distribute_datasets_from_function refuses a global batch that does not divide evenly. "
+            "Press **Show split** to see exactly."
+        )
     return f"Per-replica batch: **{g // replicas}** ({g} / {shown}{why})"
 
 
@@ -47,10 +52,15 @@ def stop_point(config: dict) -> str:
     steps, and a cluster's workers vote on it once per chunk. A process's first loop is one
     step (its first record comes as soon as the step is traced), so a stop then lands at step 1."""
     loop = count(int(config.get("steps_per_loop") or 1), "step")
-    when = ("once its workers agree, at the end of this loop or at most one loop later"
-            if int(config.get("workers") or 1) > 1 else "at the end of the current loop")
-    return (f"it stops {when} (steps per loop: {loop}; a process's first loop is its first step), "
-            "saves a checkpoint and exits.")
+    when = (
+        "once its workers agree, at the end of this loop or at most one loop later"
+        if int(config.get("workers") or 1) > 1
+        else "at the end of the current loop"
+    )
+    return (
+        f"it stops {when} (steps per loop: {loop}; a process's first loop is its first step), "
+        "saves a checkpoint and exits."
+    )
 
 
 def before_training_stop(name: str, checkpoints: list[str]) -> str:
@@ -59,5 +69,7 @@ def before_training_stop(name: str, checkpoints: list[str]) -> str:
     if not checkpoints:
         return f"Stopping **{name}**: training has not begun, so it exits at step 0 with nothing to save."
     newest = checkpoints[-1]
-    return (f"Stopping **{name}**: it has not resumed training yet, so it exits at step "
-            f"{runs.checkpoint_step(newest)}, where it resumed from; its checkpoint {newest} stays.")
+    return (
+        f"Stopping **{name}**: it has not resumed training yet, so it exits at step "
+        f"{runs.checkpoint_step(newest)}, where it resumed from; its checkpoint {newest} stays."
+    )

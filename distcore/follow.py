@@ -4,6 +4,7 @@ A page with no run of its own follows a running job, else the newest run that tr
 the newest run; its Evaluate pickers keep what the user picked, else follow that run and its
 newest checkpoint. Runs are read from the runs folder only (see jobs.run_dirs). No TensorFlow.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,9 +48,11 @@ def default_run(runs_root, labels=None):
     root = Path(runs_root)
     labels = run_labels(root) if labels is None else labels
     names = [name for _, name in labels]
-    training = (name for label, name in labels
-                if label.endswith(tuple(f"({s})" for s in runs.ACTIVE_STATES))
-                and jobs.is_active(root / name))
+    training = (
+        name
+        for label, name in labels
+        if label.endswith(tuple(f"({s})" for s in runs.ACTIVE_STATES)) and jobs.is_active(root / name)
+    )
     trained = (name for name in names if (root / name / "config.json").is_file())
     return next(training, next(trained, names[0] if names else None))
 
@@ -87,12 +90,16 @@ def pruned_while_training(run_dir: Path, checkpoint: str) -> bool:
     few (--keep-checkpoints), deleted it for a newer one."""
     saved = runs.list_checkpoints(run_dir)
     keeps = (runs.read_json(run_dir / "config.json") or {}).get("keep_checkpoints")
-    return (bool(saved) and checkpoint not in saved and bool(keeps) and jobs.is_active(run_dir)
-            and runs.checkpoint_step(checkpoint) < runs.checkpoint_step(saved[-1]))
+    return (
+        bool(saved)
+        and checkpoint not in saved
+        and bool(keeps)
+        and jobs.is_active(run_dir)
+        and runs.checkpoint_step(checkpoint) < runs.checkpoint_step(saved[-1])
+    )
 
 
-def evaluate_or_newest(run_dir: Path, checkpoint: str, saved: list[str], args: list[str],
-                       timeout: float = 900) -> dict:
+def evaluate_or_newest(run_dir: Path, checkpoint: str, saved: list[str], args: list[str], timeout: float = 900) -> dict:
     """`distcore evaluate` (`args`) of `checkpoint`, or, when a run still training has deleted it
     meanwhile, of the newest, with a note saying so. `saved`: the run's checkpoints as listed a
     moment before. A run keeping 1 to 3 checkpoints usually deletes the one a picker named
@@ -105,7 +112,9 @@ def evaluate_or_newest(run_dir: Path, checkpoint: str, saved: list[str], args: l
         if not pruned_while_training(run_dir, checkpoint):
             raise
     result = jobs.run_cli_json(args, timeout=timeout)  # the newest when it is read
-    deleted = (f"{checkpoint} was deleted by the run, which is still training and keeps only its newest "
-               f"checkpoints; this is the newest, {result.get('checkpoint')}.")
+    deleted = (
+        f"{checkpoint} was deleted by the run, which is still training and keeps only its newest "
+        f"checkpoints; this is the newest, {result.get('checkpoint')}."
+    )
     result["note"] = " ".join(filter(None, [deleted, result.get("note")]))
     return result

@@ -6,6 +6,7 @@ the `distcore train` / `cluster` / `split` flags that `cli.add_train_flags` and 
 define. The flags are built here only: `tests/test_forms.py` parses them back with the CLI's own
 parser and gets the same configuration. No TensorFlow, no Gradio.
 """
+
 from __future__ import annotations
 
 from . import devices as devmod
@@ -15,28 +16,57 @@ MAX_WORKERS = 8  # worker processes the app offers on one machine
 
 # The Setup fields training reads, in train_config's order, each with the TrainConfig field it
 # sets (the device choice, two fields, sets `devices`).
-TRAIN_FORM = (("count", "devices"), ("boxes", "devices"), ("batch", "global_batch"), ("policy", "policy"),
-              ("api", "api"), ("model", "model"), ("optimizer", "optimizer"), ("lr", "learning_rate"),
-              ("epochs", "epochs"), ("max_steps", "max_steps"), ("steps_per_loop", "steps_per_loop"),
-              ("ckpt_every", "checkpoint_every"), ("seed", "seed"), ("train_examples", "train_examples"),
-              ("test_examples", "test_examples"), ("drop", "drop_remainder"), ("workers", "workers"),
-              ("ckpt_keep", "keep_checkpoints"))
+TRAIN_FORM = (
+    ("count", "devices"),
+    ("boxes", "devices"),
+    ("batch", "global_batch"),
+    ("policy", "policy"),
+    ("api", "api"),
+    ("model", "model"),
+    ("optimizer", "optimizer"),
+    ("lr", "learning_rate"),
+    ("epochs", "epochs"),
+    ("max_steps", "max_steps"),
+    ("steps_per_loop", "steps_per_loop"),
+    ("ckpt_every", "checkpoint_every"),
+    ("seed", "seed"),
+    ("train_examples", "train_examples"),
+    ("test_examples", "test_examples"),
+    ("drop", "drop_remainder"),
+    ("workers", "workers"),
+    ("ckpt_keep", "keep_checkpoints"),
+)
 
 # The Setup fields a resume passes on: TrainConfig.RESUMABLE less data_dir, which the form does
 # not set. Every other field the form sets must match the run's (check_same_setup).
 FORM_RESUMABLE = tuple(k for k in TrainConfig.RESUMABLE if k != "data_dir")
 
 # Each TrainConfig field as the form (and its messages) names it.
-FIELD_LABELS = {"model": "model", "optimizer": "optimizer", "learning_rate": "learning rate",
-                "global_batch": "global batch size", "seed": "seed", "policy": "shard policy",
-                "api": "input API", "train_examples": "training examples", "test_examples": "test examples",
-                "drop_remainder": "drop_remainder", "epochs": "epochs", "max_steps": "max steps",
-                "steps_per_loop": "steps per loop", "checkpoint_every": "checkpoint interval",
-                "keep_checkpoints": "checkpoints kept", "devices": "devices", "workers": "worker processes",
-                "l2": "L2 weight", "data_dir": "data folder"}
+FIELD_LABELS = {
+    "model": "model",
+    "optimizer": "optimizer",
+    "learning_rate": "learning rate",
+    "global_batch": "global batch size",
+    "seed": "seed",
+    "policy": "shard policy",
+    "api": "input API",
+    "train_examples": "training examples",
+    "test_examples": "test examples",
+    "drop_remainder": "drop_remainder",
+    "epochs": "epochs",
+    "max_steps": "max steps",
+    "steps_per_loop": "steps per loop",
+    "checkpoint_every": "checkpoint interval",
+    "keep_checkpoints": "checkpoints kept",
+    "devices": "devices",
+    "workers": "worker processes",
+    "l2": "L2 weight",
+    "data_dir": "data folder",
+}
 
 
 # ---------------------------------------------------------------- form -> configuration
+
 
 def selected_devices(gpus, cpu_count, gpu_boxes) -> tuple[str, ...]:
     """The device set the form chose: the GPU/CPU checkboxes where this machine has GPUs
@@ -56,21 +86,50 @@ def replica_count(gpus, cpu_count, gpu_boxes, workers) -> int:
     return workers if workers > 1 else len(selected_devices(gpus, cpu_count, gpu_boxes))
 
 
-def train_config(gpus, cpu_count, gpu_boxes, global_batch, policy, api, model, optimizer,
-                 learning_rate, epochs, max_steps, steps_per_loop, checkpoint_every, seed,
-                 train_examples, test_examples, drop_remainder=False, workers=1, keep_checkpoints=0) -> TrainConfig:
+def train_config(
+    gpus,
+    cpu_count,
+    gpu_boxes,
+    global_batch,
+    policy,
+    api,
+    model,
+    optimizer,
+    learning_rate,
+    epochs,
+    max_steps,
+    steps_per_loop,
+    checkpoint_every,
+    seed,
+    train_examples,
+    test_examples,
+    drop_remainder=False,
+    workers=1,
+    keep_checkpoints=0,
+) -> TrainConfig:
     """The Setup form's values (TRAIN_FORM order) as a checked TrainConfig. Empty max steps,
     checkpoint interval, checkpoints kept and seed are their 0 defaults."""
     workers = check_int("worker processes", workers, high=MAX_WORKERS)
     # Under MultiWorkerMirroredStrategy a CPU-only worker has exactly one replica.
     names = ("cpu:0",) if workers > 1 else selected_devices(gpus, cpu_count, gpu_boxes)
     return TrainConfig(
-        devices=names, workers=workers, model=model,
-        optimizer=optimizer, learning_rate=learning_rate, global_batch=global_batch,
-        epochs=epochs, max_steps=max_steps or 0, seed=seed if seed is not None else 0,
-        steps_per_loop=steps_per_loop, checkpoint_every=checkpoint_every or 0, policy=policy,
-        api=api, train_examples=train_examples, test_examples=test_examples,
-        drop_remainder=bool(drop_remainder), keep_checkpoints=keep_checkpoints or 0,
+        devices=names,
+        workers=workers,
+        model=model,
+        optimizer=optimizer,
+        learning_rate=learning_rate,
+        global_batch=global_batch,
+        epochs=epochs,
+        max_steps=max_steps or 0,
+        seed=seed if seed is not None else 0,
+        steps_per_loop=steps_per_loop,
+        checkpoint_every=checkpoint_every or 0,
+        policy=policy,
+        api=api,
+        train_examples=train_examples,
+        test_examples=test_examples,
+        drop_remainder=bool(drop_remainder),
+        keep_checkpoints=keep_checkpoints or 0,
     )
 
 
@@ -81,6 +140,7 @@ def form_values(cfg: TrainConfig) -> dict:
 
 
 # ---------------------------------------------------------------- configuration -> command line
+
 
 def flag(field: str) -> str:
     """A TrainConfig field's CLI flag, as cli.add_train_flags names it: global_batch -> --global-batch."""
@@ -107,9 +167,26 @@ def config_args(cfg: TrainConfig, fields) -> list[str]:
     return args
 
 
-TRAIN_FIELDS = ("devices", "global_batch", "epochs", "max_steps", "seed", "steps_per_loop", "checkpoint_every",
-                "keep_checkpoints", "model", "optimizer", "learning_rate", "l2", "policy", "api",
-                "train_examples", "test_examples", "drop_remainder", "data_dir")
+TRAIN_FIELDS = (
+    "devices",
+    "global_batch",
+    "epochs",
+    "max_steps",
+    "seed",
+    "steps_per_loop",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "model",
+    "optimizer",
+    "learning_rate",
+    "l2",
+    "policy",
+    "api",
+    "train_examples",
+    "test_examples",
+    "drop_remainder",
+    "data_dir",
+)
 
 
 def train_args(cfg: TrainConfig) -> list[str]:
@@ -125,8 +202,21 @@ def resume_args(cfg: TrainConfig) -> list[str]:
 
 def split_args(cfg: SplitConfig) -> list[str]:
     """The `split` command line of a plan on cfg.workers worker processes."""
-    args = ["split", "--workers", str(cfg.workers), "--examples", str(cfg.examples), "--global-batch",
-            str(cfg.global_batch), "--policy", cfg.policy, "--api", cfg.api, "--files", str(cfg.files)]
+    args = [
+        "split",
+        "--workers",
+        str(cfg.workers),
+        "--examples",
+        str(cfg.examples),
+        "--global-batch",
+        str(cfg.global_batch),
+        "--policy",
+        cfg.policy,
+        "--api",
+        cfg.api,
+        "--files",
+        str(cfg.files),
+    ]
     args += ["--drop-remainder"] if cfg.drop_remainder else []
     args += ["--shuffle-seed", str(cfg.shuffle_seed)] if cfg.shuffle_seed is not None else []
     return args
@@ -134,12 +224,20 @@ def split_args(cfg: SplitConfig) -> list[str]:
 
 def planner_request(cfg: SplitConfig) -> dict:
     """A plan request for `distcore planner` (one process, cfg.replicas replicas)."""
-    return {"examples": cfg.examples, "global_batch": cfg.global_batch, "replicas": cfg.replicas,
-            "policy": cfg.policy, "api": cfg.api, "drop_remainder": cfg.drop_remainder, "files": cfg.files,
-            "shuffle_seed": cfg.shuffle_seed}
+    return {
+        "examples": cfg.examples,
+        "global_batch": cfg.global_batch,
+        "replicas": cfg.replicas,
+        "policy": cfg.policy,
+        "api": cfg.api,
+        "drop_remainder": cfg.drop_remainder,
+        "files": cfg.files,
+        "shuffle_seed": cfg.shuffle_seed,
+    }
 
 
 # ---------------------------------------------------------------- the resume rules
+
 
 def shown(field: str, value) -> str:
     """A config value as the form shows it."""
@@ -164,13 +262,16 @@ def check_same_setup(name: str, saved: TrainConfig, wanted: TrainConfig) -> None
     (TrainConfig.resume_conflicts): the run's checkpoints were trained with the run's values."""
     differ = wanted.resume_conflicts(saved)
     if differ:
-        named = ", ".join(f"{FIELD_LABELS.get(k, k)} (the run: {shown(k, getattr(saved, k))}, Setup: "
-                          f"{shown(k, getattr(wanted, k))})" for k in differ)
+        named = ", ".join(
+            f"{FIELD_LABELS.get(k, k)} (the run: {shown(k, getattr(saved, k))}, Setup: {shown(k, getattr(wanted, k))})"
+            for k in differ
+        )
         raise DistcoreError(
             f"Setup differs from run {name} in {named}, and its checkpoints were trained with the run's "
             f"values. To resume {name}, set these back in 1 · Setup & split (the button "
             "'Use its settings in Setup' copies the run's); to train with them, start a new run. A resume "
-            f"may change only {listed([FIELD_LABELS[k] for k in FORM_RESUMABLE])}.")
+            f"may change only {listed([FIELD_LABELS[k] for k in FORM_RESUMABLE])}."
+        )
 
 
 def resumed_config(name: str, saved: TrainConfig, form: TrainConfig) -> TrainConfig:
@@ -183,8 +284,11 @@ def resumed_config(name: str, saved: TrainConfig, form: TrainConfig) -> TrainCon
 
 def resume_changes(saved: TrainConfig, wanted: TrainConfig) -> list[str]:
     """The resumable fields a resume changes, as 'epochs 1 → 3'."""
-    return [f"{FIELD_LABELS[k]} {shown(k, getattr(saved, k))} → {shown(k, getattr(wanted, k))}"
-            for k in FORM_RESUMABLE if getattr(saved, k) != getattr(wanted, k)]
+    return [
+        f"{FIELD_LABELS[k]} {shown(k, getattr(saved, k))} → {shown(k, getattr(wanted, k))}"
+        for k in FORM_RESUMABLE
+        if getattr(saved, k) != getattr(wanted, k)
+    ]
 
 
 def resumable_values(wanted: TrainConfig) -> dict:

@@ -5,6 +5,7 @@
 app processes on one runs folder, never both start the last free job. A flock belongs to the open
 file, so the threads of one process exclude each other too. No TensorFlow.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,8 @@ def check(runs_root, max_jobs: int) -> None:
     if len(running) >= max_jobs:
         raise DistcoreError(
             f"{len(running)} training job(s) are already running ({', '.join(running)}), and this "
-            f"server allows {max_jobs} at a time. Stop one, or wait until one finishes.")
+            f"server allows {max_jobs} at a time. Stop one, or wait until one finishes."
+        )
 
 
 @contextlib.contextmanager

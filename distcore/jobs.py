@@ -6,6 +6,7 @@ run directory (status.json, metrics.jsonl, train.log), so any process (a page
 reload, another browser, a restarted app) can pick it up again.
 No module-level mutable state: the Planner is an object its owner creates.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from distcore.config import DistcoreError
 from distcore import runs
+from distcore.config import DistcoreError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ACTIVE_STATES = runs.ACTIVE_STATES
@@ -55,7 +56,7 @@ def _cli_error(stdout: str, stderr: str, code: int) -> str:
     lines = [line for line in stderr.strip().splitlines() if not _noise(line)]
     for line in reversed(lines):
         if line.startswith("error:"):
-            return line[len("error:"):].strip()
+            return line[len("error:") :].strip()
     tail = f": {' | '.join(lines[-3:])}" if lines else ""
     if code < 0:  # the process got a signal; SIGKILL most often from the kernel's out-of-memory killer
         name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
@@ -68,10 +69,11 @@ def run_cli_json(args: list[str], timeout: float = 600) -> dict:
     """Run `python -m distcore ARGS --json`, return its JSON; DistcoreError with its message."""
     args = list(args) + ([] if "--json" in args else ["--json"])
     try:
-        proc = subprocess.run(cli_command(*args), capture_output=True, text=True,
-                              timeout=timeout, cwd=REPO_ROOT, env=cli_env())
+        proc = subprocess.run(
+            cli_command(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT, env=cli_env()
+        )
     except subprocess.TimeoutExpired:
-        raise DistcoreError(f"`distcore {args[0]}` took longer than {timeout:.0f} s and was stopped")
+        raise DistcoreError(f"`distcore {args[0]}` took longer than {timeout:.0f} s and was stopped") from None
     if proc.returncode != 0:
         raise DistcoreError(_cli_error(proc.stdout, proc.stderr, proc.returncode))
     for line in reversed(proc.stdout.strip().splitlines()):
@@ -83,6 +85,7 @@ def run_cli_json(args: list[str], timeout: float = 600) -> dict:
 
 
 # ---------------------------------------------------------------- processes
+
 
 def pid_cmdline(pid) -> list[str]:
     try:
@@ -108,7 +111,8 @@ def is_distcore_command(pid, run_dir: Path) -> bool:
     if "distcore" not in cmd or not ("train" in cmd or "cluster" in cmd):
         return False
     given = [b for a, b in zip(cmd, cmd[1:]) if a == "--run-dir"] + [
-        a.split("=", 1)[1] for a in cmd if a.startswith("--run-dir=")]
+        a.split("=", 1)[1] for a in cmd if a.startswith("--run-dir=")
+    ]
     folder = Path(f"/proc/{int(pid)}/cwd")  # a relative --run-dir is relative to that process's folder
     try:
         return any((folder / path).resolve() == Path(run_dir).resolve() for path in given)
@@ -153,9 +157,13 @@ def check_not_training(run_dir) -> None:
     """Refuse to start a second training process on a run whose first one still runs."""
     pid = job_pid(Path(run_dir))
     if pid is not None and pid != os.getpid():
-        raise DistcoreError(shutting_down(run_dir, str(run_dir), pid) or (
-            f"{run_dir} is still training (process {pid}): stop it first ({how_to_stop(pid, Path(run_dir))}), "
-            "then resume."))
+        raise DistcoreError(
+            shutting_down(run_dir, str(run_dir), pid)
+            or (
+                f"{run_dir} is still training (process {pid}): stop it first ({how_to_stop(pid, Path(run_dir))}), "
+                "then resume."
+            )
+        )
 
 
 def how_to_stop(pid: int, run_dir: Path) -> str:
@@ -167,8 +175,9 @@ def how_to_stop(pid: int, run_dir: Path) -> str:
 
 
 # How a library caller's run is stopped: a Controller made and not run holds the run too.
-LIBRARY_STOP = ("stop it there (Ctrl-C, or its StopFlag's set(), while it trains; close() or del a Controller "
-                "made and not run)")
+LIBRARY_STOP = (
+    "stop it there (Ctrl-C, or its StopFlag's set(), while it trains; close() or del a Controller made and not run)"
+)
 
 
 def shutting_down(run_dir, label: str, pid: int) -> str | None:
@@ -183,8 +192,10 @@ def shutting_down(run_dir, label: str, pid: int) -> str | None:
     if not written_since_launch(run_dir, status, unknown=True):
         return None
     state = status["state"]
-    return (f"{label} has {state}, but its process {pid} is still shutting down (a cluster waits for its "
-            "workers to exit); try again in a few seconds.")
+    return (
+        f"{label} has {state}, but its process {pid} is still shutting down (a cluster waits for its "
+        "workers to exit); try again in a few seconds."
+    )
 
 
 def written_since_launch(run_dir, status: dict, *, unknown: bool) -> bool:
@@ -221,17 +232,22 @@ def unlisted_runs(runs_root) -> list[str]:
 
 def run_dirs(runs_root) -> list[Path]:
     """Run directories under the root, including ones still starting (no config.json yet)."""
-    return [p for p in folders(runs_root)
-            if runs.NAME.match(p.name) and ((p / JOB_FILE).is_file() or (p / "config.json").is_file())]
+    return [
+        p
+        for p in folders(runs_root)
+        if runs.NAME.match(p.name) and ((p / JOB_FILE).is_file() or (p / "config.json").is_file())
+    ]
 
 
 def newest_first(paths: list[Path]) -> list[Path]:
     """Run directories, the most recently launched first: by job.json (written at every
     launch from the app) or config.json (written when training sets up), whichever is newer.
     A run stopped before it began has no config.json, so its launch time is all it has."""
+
     def launched(path: Path) -> float:
         times = [f.stat().st_mtime for f in (path / JOB_FILE, path / "config.json") if f.is_file()]
         return max(times, default=0.0)
+
     return sorted(paths, key=launched, reverse=True)
 
 
@@ -248,8 +264,9 @@ def _reap(proc: subprocess.Popen) -> None:
     proc.wait()  # collects the exit status so no zombie stays behind
 
 
-def start_training(runs_root, name: str, options: dict | list | None = None,
-                   resume: bool = False, workers: int = 1) -> int:
+def start_training(
+    runs_root, name: str, options: dict | list | None = None, resume: bool = False, workers: int = 1
+) -> int:
     """Launch `distcore train` for run NAME in the background; return its pid at once.
 
     With `workers` > 1 it launches `distcore cluster --workers W` instead: W worker
@@ -289,9 +306,15 @@ def launch(run_dir: Path, name: str, options, resume: bool, workers: int) -> int
     if resume:
         args.append("--resume")
     with open_log(run_dir, args, resume) as log:
-        proc = subprocess.Popen(cli_command(*args), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=cli_env(),
-                                start_new_session=True)  # survives the request, own signals
+        proc = subprocess.Popen(
+            cli_command(*args),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO_ROOT,
+            env=cli_env(),
+            start_new_session=True,
+        )  # survives the request, own signals
     try:
         (run_dir / JOB_FILE).write_text(json.dumps({"pid": proc.pid, "started": time.time(), "resume": resume}))
     except OSError as err:  # untracked, it could be neither followed nor stopped
@@ -304,8 +327,7 @@ def launch(run_dir: Path, name: str, options, resume: bool, workers: int) -> int
     # empty for a moment, and until it is filled in the job would not count as active (a
     # job-limit check right after this one would miss it). Wait until it shows.
     deadline = time.monotonic() + 10
-    while (not is_train_process(proc.pid, run_dir) and proc.poll() is None
-           and time.monotonic() < deadline):
+    while not is_train_process(proc.pid, run_dir) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.001)
     threading.Thread(target=_reap, args=(proc,), daemon=True).start()
     return proc.pid
@@ -378,8 +400,10 @@ def stop_training(run_dir, startup_timeout: float = 90) -> bool:
             return False
         if ready_to_stop(run_dir, pid) or time.monotonic() > deadline:
             if not is_distcore_command(pid, run_dir):  # its SIGTERM could end a notebook's kernel
-                raise DistcoreError(f"run {run_dir.name} is trained by process {pid}, a Python program that uses "
-                                    f"distcore as a library: {LIBRARY_STOP}.")
+                raise DistcoreError(
+                    f"run {run_dir.name} is trained by process {pid}, a Python program that uses "
+                    f"distcore as a library: {LIBRARY_STOP}."
+                )
             os.kill(cluster_launcher(pid, run_dir) or pid, signal.SIGTERM)
             return True
         time.sleep(0.2)
@@ -461,9 +485,11 @@ def wait_until_done(run_dir, timeout: float = 120, poll: float = 0.2) -> bool:
 
 # ---------------------------------------------------------------- progress
 
+
 @dataclass(frozen=True)
 class Progress:
     """What a poll of a run directory shows; plain values only."""
+
     name: str
     state: str
     active: bool
@@ -518,7 +544,9 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
     events = [_event_line(m) for m in metrics if "event" in m]
     logs = tail_lines(run_dir / LOG_FILE, n_log)
     return Progress(
-        name=run_dir.name, state=state, active=active,
+        name=run_dir.name,
+        state=state,
+        active=active,
         step=int(status.get("step") or last_step.get("step") or 0),
         total_steps=shown_total(run_dir, status, state),
         epoch=int(status.get("epoch") or last_step.get("epoch") or 0),
@@ -563,9 +591,11 @@ def stalled_note(run_dir: Path, status: dict, now: float | None = None) -> str:
     if quiet < max(STALLED_SECONDS, 5 * loop):
         return ""
     since = time.strftime("%H:%M:%S", time.localtime(status["time"]))
-    return (f"No progress since {since} ({quiet:.0f} s): its process ({status.get('pid')}) may be stuck. Stop asks "
-            "it to stop at the end of its loop; if it does not, end the process (`kill -9`), then Resume from "
-            "the newest checkpoint.")
+    return (
+        f"No progress since {since} ({quiet:.0f} s): its process ({status.get('pid')}) may be stuck. Stop asks "
+        "it to stop at the end of its loop; if it does not, end the process (`kill -9`), then Resume from "
+        "the newest checkpoint."
+    )
 
 
 def mean_speed(metrics: list[dict]) -> float | None:
@@ -627,7 +657,7 @@ def logged_end(run_dir: Path, status: dict, metrics: list[dict]) -> dict | None:
     with contextlib.suppress(OSError):
         if lines and lines[-1].startswith("error: ") and log.stat().st_mtime >= since:
             step = max([status.get("step") or 0] + [m["step"] for m in metrics if "loss" in m and "step" in m])
-            return {"event": "failed", "step": step, "message": lines[-1][len("error: "):]}
+            return {"event": "failed", "step": step, "message": lines[-1][len("error: ") :]}
     return None
 
 
@@ -638,6 +668,7 @@ def _event_line(m: dict) -> str:
 
 
 # ---------------------------------------------------------------- planner
+
 
 class Planner:
     """A long-lived `distcore planner` subprocess answering split requests (JSON lines).
@@ -669,7 +700,7 @@ class Planner:
                 reply = self._read_json(self.request_timeout)
             except (OSError, DistcoreError) as e:
                 self._kill()  # the next request starts a fresh planner
-                raise DistcoreError(f"the split planner failed ({e}); try again")
+                raise DistcoreError(f"the split planner failed ({e}); try again") from e
         if "error" in reply:
             raise DistcoreError(str(reply["error"]))
         return reply
@@ -684,15 +715,20 @@ class Planner:
         self._kill()
         self._stderr = tempfile.TemporaryFile()
         self._buffer = b""
-        self._proc = subprocess.Popen(cli_command("planner"), stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._stderr,
-                                      cwd=REPO_ROOT, env=cli_env())
+        self._proc = subprocess.Popen(
+            cli_command("planner"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            cwd=REPO_ROOT,
+            env=cli_env(),
+        )
         try:
             ready = self._read_json(self.start_timeout)
         except DistcoreError as e:
             tail = self._stderr_tail()
             self._kill()
-            raise DistcoreError(f"the split planner did not start: {e} {tail}".strip())
+            raise DistcoreError(f"the split planner did not start: {e} {tail}".strip()) from e
         self.max_replicas = ready.get("max_replicas")
 
     def _read_json(self, timeout: float) -> dict:

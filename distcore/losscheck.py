@@ -71,9 +71,16 @@ def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None, ex
         wrong = tf.math.divide_no_nan(tf.reduce_sum(per_example), tf.cast(tf.size(per_example), tf.float32))
         return scaled, fixed, keras_default(y, logits), wrong, tf.size(y)
 
-    dist = inputs.distribute(strategy, lambda: tf.data.Dataset.from_tensor_slices((images, labels)),
-                             global_batch=global_batch, api="dataset", policy="auto",
-                             drop_remainder=False, transform=None, prefetch=False)
+    dist = inputs.distribute(
+        strategy,
+        lambda: tf.data.Dataset.from_tensor_slices((images, labels)),
+        global_batch=global_batch,
+        api="dataset",
+        policy="auto",
+        drop_remainder=False,
+        transform=None,
+        prefetch=False,
+    )
     batch = next(iter(dist))
     # In a tf.function, as the tutorial's distributed step (eagerly TensorFlow warns of its overhead).
     scaled, fixed, default, wrong, sizes = tf.function(lambda b: strategy.run(replica_fn, args=(b,)))(batch)
@@ -91,8 +98,7 @@ def loss_check(device_names, global_batch: int, seed: int = 0, data_dir=None, ex
         "mistake_keras_mean": float(mean_metric.result()),
     }
     for key in ("distributed", "tutorial_fixed_g", "keras_default", "mistake_reduce_mean", "mistake_keras_mean"):
-        result[f"error_{key.removeprefix('mistake_')}"] = (
-            None if result[key] is None else abs(result[key] - single))
+        result[f"error_{key.removeprefix('mistake_')}"] = None if result[key] is None else abs(result[key] - single)
     return {**result, "explanation": EXPLANATION}
 
 

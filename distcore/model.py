@@ -66,8 +66,14 @@ def _conv2d_class():
         def convolution_op(self, inputs, kernel):
             if kernel.shape[2] != 1:
                 return super().convolution_op(inputs, kernel)
-            return keras.ops.depthwise_conv(inputs, kernel, strides=self.strides, padding=self.padding,
-                                            data_format=self.data_format, dilation_rate=self.dilation_rate)
+            return keras.ops.depthwise_conv(
+                inputs,
+                kernel,
+                strides=self.strides,
+                padding=self.padding,
+                data_format=self.data_format,
+                dilation_rate=self.dilation_rate,
+            )
 
     return Conv2D
 

@@ -36,12 +36,17 @@ class FusedAdam(keras.optimizers.Adam):
         step = tf.cast(self.iterations + 1, dtype)
         index = self._get_variable_index(variable)
         tf.raw_ops.ResourceApplyAdam(
-            var=_handle(variable), m=_handle(self._momentums[index]), v=_handle(self._velocities[index]),
+            var=_handle(variable),
+            m=_handle(self._momentums[index]),
+            v=_handle(self._velocities[index]),
             beta1_power=tf.pow(tf.cast(self.beta_1, dtype), step),
             beta2_power=tf.pow(tf.cast(self.beta_2, dtype), step),
-            lr=tf.cast(learning_rate, dtype), beta1=tf.cast(self.beta_1, dtype),
-            beta2=tf.cast(self.beta_2, dtype), epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.cast(tf.convert_to_tensor(gradient), dtype))
+            lr=tf.cast(learning_rate, dtype),
+            beta1=tf.cast(self.beta_1, dtype),
+            beta2=tf.cast(self.beta_2, dtype),
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.cast(tf.convert_to_tensor(gradient), dtype),
+        )
 
 
 def create_optimizer(name: str = "adam", learning_rate: float = 0.001):

@@ -3,6 +3,7 @@
 Pure functions: no TensorFlow, no Gradio. Every number drawn here comes from
 the dict/list handed in (a split plan from the planner, metrics.jsonl records).
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,14 +19,28 @@ from . import split  # its words for a plan; no TensorFlow at import
 EMPTY, PARTIAL, FULL = 0, 1, 2
 # Discrete colour scale: grey for empty, amber for partial, blue for full.
 _CELL_COLOURS = [
-    [0.0, "#d9d9d9"], [0.33, "#d9d9d9"],
-    [0.33, "#f5a623"], [0.66, "#f5a623"],
-    [0.66, "#3b6fc4"], [1.0, "#3b6fc4"],  # white labels on it: 4.9:1 (WCAG AA; #4a7fd4 gives 3.98)
+    [0.0, "#d9d9d9"],
+    [0.33, "#d9d9d9"],
+    [0.33, "#f5a623"],
+    [0.66, "#f5a623"],
+    [0.66, "#3b6fc4"],
+    [1.0, "#3b6fc4"],  # white labels on it: 4.9:1 (WCAG AA; #4a7fd4 gives 3.98)
 ]
 _CSV_COLUMNS = [
-    "kind", "step", "epoch", "loss", "examples", "examples_per_sec",
-    "train_loss", "train_accuracy", "test_loss", "test_accuracy",
-    "event", "checkpoint", "message", "time",
+    "kind",
+    "step",
+    "epoch",
+    "loss",
+    "examples",
+    "examples_per_sec",
+    "train_loss",
+    "train_accuracy",
+    "test_loss",
+    "test_accuracy",
+    "event",
+    "checkpoint",
+    "message",
+    "time",
 ]
 
 
@@ -44,8 +59,7 @@ def format_ids(ids: list[int], max_chars: int = 22) -> str:
         if i is not None and i == prev + 1:
             prev = i
             continue
-        parts.append(str(start) if start == prev else
-                     f"{start},{prev}" if prev == start + 1 else f"{start}–{prev}")
+        parts.append(str(start) if start == prev else f"{start},{prev}" if prev == start + 1 else f"{start}–{prev}")
         if i is not None:
             start = prev = i
     text = ",".join(parts)
@@ -130,14 +144,25 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
         hover.append([f"{count(len(ids), 'example')}: {format_ids(sorted(ids), 200)}" for ids in row])
         gap = i > 0 and s != rows[i - 1] + 1  # steps left out above: say so in place
         ylabels.append(("⋯ " if gap else "") + _step_label(s, row, global_batch))
-    xlabels = [f"replica {r}" + (f"<br>{devices[r]}" if r < len(devices) else "")
-               for r in range(replicas)]
-    fig = go.Figure(go.Heatmap(
-        z=z, x=xlabels, y=ylabels, text=text, customdata=hover,
-        texttemplate="%{text}", textfont={"size": 13 if replicas <= 8 else 10},  # (16 overlaps at 1024 px)
-        hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
-        colorscale=_CELL_COLOURS, zmin=0, zmax=2, showscale=False, xgap=3, ygap=3,
-    ))
+    xlabels = [f"replica {r}" + (f"<br>{devices[r]}" if r < len(devices) else "") for r in range(replicas)]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=xlabels,
+            y=ylabels,
+            text=text,
+            customdata=hover,
+            texttemplate="%{text}",
+            textfont={"size": 13 if replicas <= 8 else 10},  # (16 overlaps at 1024 px)
+            hovertemplate="%{y}, %{x}<br>%{customdata}<extra></extra>",
+            colorscale=_CELL_COLOURS,
+            zmin=0,
+            zmax=2,
+            showscale=False,
+            xgap=3,
+            ygap=3,
+        )
+    )
     # Short: plotly does not wrap a title, and a phone is about 40 characters wide. The
     # colour key is in split_summary's text, which wraps.
     heading = steps_heading(len(steps), global_batch, holds_more(steps, global_batch))
@@ -147,11 +172,16 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     fig.update_layout(
         # At the top: plotly turns 5+ replicas' labels upright on a phone, and they would reach
         # up into a title placed in the middle of the margin.
-        title={"text": title, "font": {"size": 15}, **BELOW_TOOLBAR,
-               "pad": {"t": 34 if len(rows) == len(steps) else 54}},  # (plotly anchors a second line's)
+        title={
+            "text": title,
+            "font": {"size": 15},
+            **BELOW_TOOLBAR,
+            "pad": {"t": 34 if len(rows) == len(steps) else 54},
+        },  # (plotly anchors a second line's)
         yaxis={"autorange": "reversed", "type": "category"},
         xaxis={"side": "top", "type": "category"},
-        height=204 + 48 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 144, "b": 10},
+        height=204 + 48 * max(1, len(rows)),
+        margin={"l": 10, "r": 10, "t": 144, "b": 10},
     )
     return fig
 
@@ -163,13 +193,21 @@ def combine_worker_plans(result: dict) -> dict:
     rows = max(len(p["steps"]) for p in plans)
 
     def side_by_side(key):
-        return [[ids for p in plans for ids in (p[key][k] if k < len(p[key]) else [[] for _ in p["devices"]])]
-                for k in range(rows)]
+        return [
+            [ids for p in plans for ids in (p[key][k] if k < len(p[key]) else [[] for _ in p["devices"]])]
+            for k in range(rows)
+        ]
 
     devices = [f"worker {w} · {d}" for w, p in enumerate(plans) for d in p["devices"]]
     notes = list(result.get("notes") or []) + split.rows_note(plans[0]) + list(plans[0].get("notes") or [])[-1:]
-    combined = {**plans[0], "steps": side_by_side("steps"), "devices": devices, "replicas": len(devices),
-                "notes": notes, "tf_messages": [m for p in plans for m in p.get("tf_messages") or []]}
+    combined = {
+        **plans[0],
+        "steps": side_by_side("steps"),
+        "devices": devices,
+        "replicas": len(devices),
+        "notes": notes,
+        "tf_messages": [m for p in plans for m in p.get("tf_messages") or []],
+    }
     if plans[0].get("rows"):
         combined["rows"] = side_by_side("rows")
     return combined
@@ -180,9 +218,13 @@ def split_facts(plan: dict) -> list[str]:
     steps = plan.get("steps") or []
     global_batch = int(plan.get("global_batch") or 0)
     sizes = split.piece_sizes({"steps": steps})
-    facts = [f"Step {s + 1} is partial ({sum(row)} of {global_batch} examples), split {split.slashed(row)}."
-             if sum(row) else f"Step {s + 1} carries no example: every replica's piece is empty."
-             for s, row in enumerate(sizes) if sum(row) < global_batch]
+    facts = [
+        f"Step {s + 1} is partial ({sum(row)} of {global_batch} examples), split {split.slashed(row)}."
+        if sum(row)
+        else f"Step {s + 1} carries no example: every replica's piece is empty."
+        for s, row in enumerate(sizes)
+        if sum(row) < global_batch
+    ]
     return facts + [f"{who} got nothing in {which}." for which, who in split.empty_replicas(sizes)]
 
 
@@ -204,18 +246,22 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
     repeats = f" ({distinct} distinct ids: some reached more than one replica)" if distinct < examples else ""
     global_batch = int(plan.get("global_batch") or 0)
     over = holds_more(steps, global_batch)
-    lines = [f"**{examples} examples{repeats} → {steps_heading(len(steps), global_batch, over)}"
-             f" on {count(plan.get('replicas'), 'replica')}**{pieces_text(plan)}."]
+    lines = [
+        f"**{examples} examples{repeats} → {steps_heading(len(steps), global_batch, over)}"
+        f" on {count(plan.get('replicas'), 'replica')}**{pieces_text(plan)}."
+    ]
     facts = split_facts(plan)
     if facts:
         shown = facts[:max_facts] + ([f"… and {len(facts) - max_facts} more."] if len(facts) > max_facts else [])
         lines.append(" ".join(shown))
     elif not over:
         lines.append("Every global batch is full and every replica got a piece of each.")
-    lines.append("\n*Cells: blue = piece of a full global batch" + (" (or of a step holding more: see the notes)"
-                                                                   if over else "")
-                 + ", amber = piece of a partial one, grey = empty"
-                 + ("; each cell's rows sorted.*" if plan.get("rows") else ".*"))
+    lines.append(
+        "\n*Cells: blue = piece of a full global batch"
+        + (" (or of a step holding more: see the notes)" if over else "")
+        + ", amber = piece of a partial one, grey = empty"
+        + ("; each cell's rows sorted.*" if plan.get("rows") else ".*")
+    )
     notes = plan.get("notes") or []
     if notes:
         lines.append("\n**What distcore saw:**")
@@ -241,11 +287,19 @@ def split_table(plan: dict, max_rows: int = MAX_TABLE_STEPS) -> str:
     replicas = int(plan.get("replicas") or len(steps[0]))
     global_batch = int(plan.get("global_batch") or 0)
     rows = shown_steps(len(steps), max_rows)
-    which = ("every step's" if len(rows) == len(steps) else
-             f"the first {max_rows // 2} and last {max_rows - max_rows // 2} steps'")
-    lines = ["", "", f"<details><summary>The split as a table: {which} ids, replica by replica</summary>", "",
-             "| step | " + " | ".join(f"replica {r}" for r in range(replicas)) + " |",
-             "|---" * (replicas + 1) + "|"]
+    which = (
+        "every step's"
+        if len(rows) == len(steps)
+        else f"the first {max_rows // 2} and last {max_rows - max_rows // 2} steps'"
+    )
+    lines = [
+        "",
+        "",
+        f"<details><summary>The split as a table: {which} ids, replica by replica</summary>",
+        "",
+        "| step | " + " | ".join(f"replica {r}" for r in range(replicas)) + " |",
+        "|---" * (replicas + 1) + "|",
+    ]
     for s in rows:
         row = list(shown[s]) + [[]] * (replicas - len(shown[s]))
         cells = [format_ids(sorted(ids), max_chars=10**9).replace(",", ", ") for ids in row]  # (wraps)
@@ -268,9 +322,13 @@ def binned_losses(steps: list[dict], max_points: int = MAX_LOSS_POINTS) -> tuple
     loss of each k consecutive steps at the last of them. Every point of a 20-epoch run would make
     each redraw, every 2 s while it trains, 479 KB and 0.25 s of the app's CPU per open page."""
     k = max(1, math.ceil(len(steps) / max_points))
-    groups = [steps[i:i + k] for i in range(0, len(steps), k)]
-    return ([g[-1]["step"] for g in groups], [sum(m["loss"] for m in g) / len(g) for g in groups], k,
-            [g[0]["step"] for g in groups])
+    groups = [steps[i : i + k] for i in range(0, len(steps), k)]
+    return (
+        [g[-1]["step"] for g in groups],
+        [sum(m["loss"] for m in g) / len(g) for g in groups],
+        k,
+        [g[0]["step"] for g in groups],
+    )
 
 
 def epoch_records(metrics: list[dict]) -> list[dict]:
@@ -289,8 +347,15 @@ def _empty_note(fig: go.Figure, text: str, panels: int = 1) -> go.Figure:
     fig.update_yaxes(**blank)
     for n in range(1, panels + 1):
         suffix = "" if n == 1 else str(n)
-        fig.add_annotation(text=text, showarrow=False, xref=f"x{suffix} domain", yref=f"y{suffix} domain",
-                           x=0.5, y=0.5, font={"size": 14, "color": "#666"})
+        fig.add_annotation(
+            text=text,
+            showarrow=False,
+            xref=f"x{suffix} domain",
+            yref=f"y{suffix} domain",
+            x=0.5,
+            y=0.5,
+            font={"size": 14, "color": "#666"},
+        )
     return fig
 
 
@@ -301,29 +366,50 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float =
     x, y, per_point, first = binned_losses(steps)
     # A binned point's hover names the steps it averages, not only its last one.
     # (",d": else the x value takes the axis's "10.392k" beside a raw first step.)
-    ranged = {"customdata": first,
-              "hovertemplate": "steps %{customdata:,d}–%{x:,d}<br>mean loss %{y:.4f}<extra></extra>"}
-    fig = go.Figure(go.Scatter(
-        x=x, y=y, mode="lines+markers" if len(steps) < 60 else "lines", name="training loss",
-        marker={"size": 4}, **(ranged if per_point > 1 else {}),
-    ))
+    ranged = {
+        "customdata": first,
+        "hovertemplate": "steps %{customdata:,d}–%{x:,d}<br>mean loss %{y:.4f}<extra></extra>",
+    }
+    fig = go.Figure(
+        go.Scatter(
+            x=x,
+            y=y,
+            mode="lines+markers" if len(steps) < 60 else "lines",
+            name="training loss",
+            marker={"size": 4},
+            **(ranged if per_point > 1 else {}),
+        )
+    )
     # The checkpoints as one trace of vertical segments (on a hidden 0-1 axis): one add_vline
     # each grows quadratically, 38 s for 400 checkpoints, at every redraw of a training run.
     if saved is None:
         saved = [m["step"] for m in metrics if m.get("event") == "checkpoint" and "step" in m]
-    fig.add_trace(go.Scatter(
-        x=[x for s in saved for x in (s, s, None)], y=[y for _ in saved for y in (0, 1, None)],
-        yaxis="y2", mode="lines", name="checkpoint", showlegend=False, hoverinfo="x+name",
-        line={"dash": "dot", "color": "#777", "width": 1}))
+    fig.add_trace(
+        go.Scatter(
+            x=[x for s in saved for x in (s, s, None)],
+            y=[y for _ in saved for y in (0, 1, None)],
+            yaxis="y2",
+            mode="lines",
+            name="checkpoint",
+            showlegend=False,
+            hoverinfo="x+name",
+            line={"dash": "dot", "color": "#777", "width": 1},
+        )
+    )
     notes = ([f"each point: the mean of {per_point} steps"] if per_point > 1 else []) + (
-        ["dotted lines: checkpoints"] if saved else [])  # (they have no legend)
+        ["dotted lines: checkpoints"] if saved else []
+    )  # (they have no legend)
     note = {"subtitle": {"text": " · ".join(notes)}} if notes else {}
     # No legend: the title names the one line, and beside it the legend takes 40% of a phone's width.
-    fig.update_layout(title={"text": "Training loss per step" + (" (+ L2 penalty)" if l2 else ""), **note,
-                             **BELOW_TOOLBAR}, xaxis_title="step",
-                      yaxis_title="loss + L2 penalty" if l2 else "loss", showlegend=False,
-                      yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
-                      height=350, margin={"l": 10, "r": 10, "t": 90, "b": 10})
+    fig.update_layout(
+        title={"text": "Training loss per step" + (" (+ L2 penalty)" if l2 else ""), **note, **BELOW_TOOLBAR},
+        xaxis_title="step",
+        yaxis_title="loss + L2 penalty" if l2 else "loss",
+        showlegend=False,
+        yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+        height=350,
+        margin={"l": 10, "r": 10, "t": 90, "b": 10},
+    )
     return fig if steps else _empty_note(fig, "no steps yet")
 
 
@@ -335,19 +421,32 @@ def epoch_figure(metrics: list[dict], l2: float = 0) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Loss", "Accuracy"))  # the panel says "per epoch"
     x = [m["epoch"] for m in epochs]
     train_loss = "train loss + L2 penalty" if l2 else "train loss"
-    series = [("train_loss", 1, train_loss, "#4a7fd4"), ("test_loss", 1, "test loss (no penalty)" if l2 else "test loss", "#e4572e"),
-              ("train_accuracy", 2, "train accuracy", "#4a7fd4"),
-              ("test_accuracy", 2, "test accuracy", "#e4572e")]
+    series = [
+        ("train_loss", 1, train_loss, "#4a7fd4"),
+        ("test_loss", 1, "test loss (no penalty)" if l2 else "test loss", "#e4572e"),
+        ("train_accuracy", 2, "train accuracy", "#4a7fd4"),
+        ("test_accuracy", 2, "test accuracy", "#e4572e"),
+    ]
     for key, col, name, colour in series:
-        fig.add_trace(go.Scatter(
-            x=x, y=[m.get(key) for m in epochs], name=name, mode="lines+markers",
-            line={"color": colour, "dash": "solid" if key.startswith("train") else "dash"},
-        ), row=1, col=col)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[m.get(key) for m in epochs],
+                name=name,
+                mode="lines+markers",
+                line={"color": colour, "dash": "solid" if key.startswith("train") else "dash"},
+            ),
+            row=1,
+            col=col,
+        )
     fig.update_xaxes(title_text="epoch", dtick=1)
     # The legend under the plots, not beside them: beside, it takes 40% of a phone's width.
-    fig.update_layout(title={"text": "Loss and accuracy per epoch", **BELOW_TOOLBAR}, height=400,
-                      margin={"l": 10, "r": 10, "t": 90, "b": 10},
-                      legend={"orientation": "h", "x": 0, "y": -0.25})
+    fig.update_layout(
+        title={"text": "Loss and accuracy per epoch", **BELOW_TOOLBAR},
+        height=400,
+        margin={"l": 10, "r": 10, "t": 90, "b": 10},
+        legend={"orientation": "h", "x": 0, "y": -0.25},
+    )
     # On two lines: on a phone one line runs out of each half-width panel.
     return fig if epochs else _empty_note(fig, "no finished<br>epoch yet", panels=2)
 
@@ -355,16 +454,24 @@ def epoch_figure(metrics: list[dict], l2: float = 0) -> go.Figure:
 def confusion_figure(confusion: list[list[int]], class_names: list[str]) -> go.Figure:
     """Confusion matrix heatmap: rows are true classes, columns predicted."""
     names = list(class_names)[: len(confusion)]
-    fig = go.Figure(go.Heatmap(
-        z=confusion, x=names, y=names, text=confusion, texttemplate="%{text}",
-        colorscale="Blues", showscale=False,
-        hovertemplate="true %{y}<br>predicted %{x}<br>%{z} images<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=confusion,
+            x=names,
+            y=names,
+            text=confusion,
+            texttemplate="%{text}",
+            colorscale="Blues",
+            showscale=False,
+            hovertemplate="true %{y}<br>predicted %{x}<br>%{z} images<extra></extra>",
+        )
+    )
     fig.update_layout(
         title="Confusion matrix<br><sup>rows: true class, columns: predicted</sup>",
         xaxis={"title": "predicted", "type": "category"},
         yaxis={"title": "true", "type": "category", "autorange": "reversed"},
-        height=520, margin={"l": 10, "r": 10, "t": 70, "b": 10},
+        height=520,
+        margin={"l": 10, "r": 10, "t": 70, "b": 10},
     )
     return fig
 

@@ -16,8 +16,8 @@ import contextlib
 import errno
 import fcntl
 import json
-import os
 import math
+import os
 import re
 import shutil
 import tempfile
@@ -55,8 +55,9 @@ def ready_root(root=None) -> Path:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         why = "it is a file" if root.is_file() else e.strerror or e  # a file there: say so, not "File exists"
-        raise DistcoreError(f"cannot make the runs folder {root} ({why}); "
-                            "set DISTCORE_RUNS_DIR to a folder you can write.") from None
+        raise DistcoreError(
+            f"cannot make the runs folder {root} ({why}); set DISTCORE_RUNS_DIR to a folder you can write."
+        ) from None
     if not os.access(root, os.W_OK | os.X_OK):
         raise DistcoreError(f"cannot write to the runs folder {root}; set DISTCORE_RUNS_DIR to a folder you can write.")
     return root.resolve()
@@ -94,8 +95,10 @@ def run_path(run_dir) -> Path:
     check_utf8_path(path, "the run directory")
     for part in path.parts:
         if len(os.fsencode(part)) > NAME_MAX:
-            raise DistcoreError(f"the run directory's name {part[:40]!r}… is {len(os.fsencode(part))} bytes long; "
-                                f"a folder's name can have at most {NAME_MAX}: choose a shorter one.")
+            raise DistcoreError(
+                f"the run directory's name {part[:40]!r}… is {len(os.fsencode(part))} bytes long; "
+                f"a folder's name can have at most {NAME_MAX}: choose a shorter one."
+            )
     try:
         is_file = path.exists() and not path.is_dir()
     except OSError as err:  # a path longer than the system takes
@@ -110,8 +113,10 @@ def check_new(run_dir) -> None:
     one that never trained."""
     run_dir = run_path(run_dir)
     if list_checkpoints(run_dir) or ((run_dir / "config.json").exists() and not never_trained(run_dir)):
-        raise DistcoreError(f"{run_dir} already holds a run: resume it (--resume; resume=True in "
-                            "Python), or pick another run directory.")
+        raise DistcoreError(
+            f"{run_dir} already holds a run: resume it (--resume; resume=True in "
+            "Python), or pick another run directory."
+        )
 
 
 def never_trained(run_dir) -> bool:
@@ -158,10 +163,13 @@ class RunLock:
             holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "another process"
             self.release()
             if holder == lock_text(os.getpid()):  # "trained by process N" named the caller itself
-                raise RunHeld(f"{run_dir} is held by another Controller in this process: run() it, or "
-                              "close() it to let go of the run.") from None
-            raise RunHeld(f"{run_dir} is being trained by {holder} right now: stop it, or wait until it "
-                          "ends, then resume.") from None
+                raise RunHeld(
+                    f"{run_dir} is held by another Controller in this process: run() it, or "
+                    "close() it to let go of the run."
+                ) from None
+            raise RunHeld(
+                f"{run_dir} is being trained by {holder} right now: stop it, or wait until it ends, then resume."
+            ) from None
         except OSError:
             return  # (ENOLCK: no locks on this filesystem)
         try:
@@ -196,8 +204,13 @@ def lock_holder(run_dir) -> int | None:
         return None
     for line in held:  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF" (waiters have a "->")
         fields = line.split()
-        if len(fields) > 5 and fields[1] == "FLOCK" and fields[4].isdigit() and \
-                fields[5].rsplit(":", 1)[-1] == str(inode) and named == lock_text(fields[4]):
+        if (
+            len(fields) > 5
+            and fields[1] == "FLOCK"
+            and fields[4].isdigit()
+            and fields[5].rsplit(":", 1)[-1] == str(inode)
+            and named == lock_text(fields[4])
+        ):
             return int(fields[4])
     return None
 
@@ -294,13 +307,17 @@ def read_config(run_dir) -> dict:
     if data is None:
         ended = ended_before_training(run_dir)
         if ended:
-            raise DistcoreError(f"{ended}, so there is nothing to resume, evaluate or export: start it "
-                                "again under the same name.")
-        if any((folder / name).exists() for name in RUN_TRACES) and \
-                not (folder / "config.json").exists():  # traces, no config.json: it ended before saving its settings
-            raise DistcoreError(f"run {Path(run_dir).name} ended before it saved its settings (config.json; its log "
-                                "says why), so there is nothing to resume, evaluate or export: start it again under "
-                                "the same name.")
+            raise DistcoreError(
+                f"{ended}, so there is nothing to resume, evaluate or export: start it again under the same name."
+            )
+        if (
+            any((folder / name).exists() for name in RUN_TRACES) and not (folder / "config.json").exists()
+        ):  # traces, no config.json: it ended before saving its settings
+            raise DistcoreError(
+                f"run {Path(run_dir).name} ended before it saved its settings (config.json; its log "
+                "says why), so there is nothing to resume, evaluate or export: start it again under "
+                "the same name."
+            )
         raise DistcoreError(f"{run_dir} has no readable config.json: is it a distcore run directory?")
     return data
 
@@ -312,8 +329,9 @@ def saved_config(run_dir) -> TrainConfig:
     try:
         return TrainConfig.from_dict(data)
     except DistcoreError as err:
-        raise DistcoreError(f"{run_path(run_dir) / 'config.json'} is incomplete or damaged: {err} Restore the "
-                            "file, or start a new run.") from None
+        raise DistcoreError(
+            f"{run_path(run_dir) / 'config.json'} is incomplete or damaged: {err} Restore the file, or start a new run."
+        ) from None
 
 
 def shown_config(run_dir) -> tuple[dict, str | None]:
@@ -339,7 +357,9 @@ def ended_before_training(run_dir) -> str | None:
         state = "died"
     if state not in ("stopped", "failed", "died"):
         return None  # still starting, or not a run
-    why = {"stopped": "was stopped", "died": "died (its process is gone)"}.get(state, f"failed ({status.get('message')})")
+    why = {"stopped": "was stopped", "died": "died (its process is gone)"}.get(
+        state, f"failed ({status.get('message')})"
+    )
     return f"run {Path(run_dir).name} {why} before training began and saved nothing"
 
 
@@ -348,14 +368,18 @@ def no_checkpoint(run_dir) -> str:
     will have one, so it is not told "has no checkpoints yet", which suggests waiting."""
     ended = ended_before_training(run_dir)
     if ended:
-        return f"{ended}, so it has no checkpoint and never will: pick another run, or start it again under the same name."
+        return (
+            f"{ended}, so it has no checkpoint and never will: pick another run, or start it again under the same name."
+        )
     status = read_status(run_dir) or {}
     state = status.get("state")
     if state in ACTIVE_STATES and not pid_alive(status.get("pid")):
         state = "died"
     if state in ("stopped", "failed", "died"):
-        return (f"run {Path(run_dir).name} {state} before its first checkpoint: resuming it trains it from step 0; "
-                "or pick another run.")
+        return (
+            f"run {Path(run_dir).name} {state} before its first checkpoint: resuming it trains it from step 0; "
+            "or pick another run."
+        )
     return f"run {Path(run_dir).name} has no checkpoints yet."
 
 
@@ -367,8 +391,10 @@ def missing_checkpoint(run_dir, name: str, names: list[str]) -> str:
     text = f"run {Path(run_dir).name} has no checkpoint {name}; it has: {listed}."
     keep = (read_json(Path(run_dir) / "config.json") or {}).get("keep_checkpoints")
     if keep:
-        text += (f" It keeps its newest {keep} (checkpoints kept: --keep-checkpoints) and deletes older ones "
-                 "as it saves new ones.")
+        text += (
+            f" It keeps its newest {keep} (checkpoints kept: --keep-checkpoints) and deletes older ones "
+            "as it saves new ones."
+        )
     return text
 
 
@@ -381,21 +407,28 @@ def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:
     leaves nothing to train. Needs no TensorFlow.
     """
     if overrides is not None and not isinstance(overrides, Mapping):  # a list: a message, not a TypeError
-        raise DistcoreError(f"the changes for a resume must be a dict of fields and values, e.g. {{'epochs': 3}}, "
-                            f"not {type(overrides).__name__}.")
+        raise DistcoreError(
+            f"the changes for a resume must be a dict of fields and values, e.g. {{'epochs': 3}}, "
+            f"not {type(overrides).__name__}."
+        )
     saved = saved_config(run_dir)
     folder = Path(run_dir) / "checkpoints"
     if folder.exists() and not folder.is_dir():  # a file there: say so, not "no checkpoint yet"
-        raise DistcoreError(f"cannot resume: {folder} is a file, not the run's folder of checkpoints. Move it "
-                            "away; with no checkpoints the run trains again from step 0.")
+        raise DistcoreError(
+            f"cannot resume: {folder} is a file, not the run's folder of checkpoints. Move it "
+            "away; with no checkpoints the run trains again from step 0."
+        )
     overrides = overrides or {}
     try:
         wanted = saved.replace(**overrides)
     except DistcoreError as err:
         # A change a resume refuses anyway can make the mix invalid ("--api function" with the
         # saved 3 devices: "must divide evenly by ... (3)"): name the change, not the mix's problem.
-        changed = {k: v for k, v in overrides.items()
-                   if k not in TrainConfig.RESUMABLE and v is not None and not same_value(v, getattr(saved, k))}
+        changed = {
+            k: v
+            for k, v in overrides.items()
+            if k not in TrainConfig.RESUMABLE and v is not None and not same_value(v, getattr(saved, k))
+        }
         if changed:
             raise changed_configuration(run_dir, {k: (getattr(saved, k), v) for k, v in changed.items()}) from None
         if isinstance(err, UnevenBatch):  # its "try 62" names a batch, which a resume cannot change
@@ -410,9 +443,11 @@ def uneven_resume(err: UnevenBatch) -> DistcoreError:
     g = err.global_batch
     fits = [str(n) for n in range(1, g + 1) if g % n == 0][:8]
     counts = fits[0] if len(fits) == 1 else f"{', '.join(fits[:-1])} or {fits[-1]}"
-    return DistcoreError(f"cannot resume on {err.replicas} replicas: the run's global batch ({g}) stays as it is, "
-                         "and with distribute_datasets_from_function it must divide evenly by the number of "
-                         f"replicas: resume with a replica count of {counts}.")
+    return DistcoreError(
+        f"cannot resume on {err.replicas} replicas: the run's global batch ({g}) stays as it is, "
+        "and with distribute_datasets_from_function it must divide evenly by the number of "
+        f"replicas: resume with a replica count of {counts}."
+    )
 
 
 def same_value(given, saved) -> bool:
@@ -436,7 +471,8 @@ def changed_configuration(run_dir, changes: dict) -> DistcoreError:
     return DistcoreError(
         f"cannot resume {run_dir} with a changed configuration ({listed}); its checkpoints were "
         f"trained with the saved values. Only {', '.join(TrainConfig.RESUMABLE)} may change; "
-        "start a new run for the rest.")
+        "start a new run for the rest."
+    )
 
 
 def check_steps_left(run_dir: Path, saved: TrainConfig, wanted: TrainConfig) -> None:
@@ -447,13 +483,15 @@ def check_steps_left(run_dir: Path, saved: TrainConfig, wanted: TrainConfig) -> 
     if total > done:
         return
     if total >= saved.total_steps():  # the same length (or longer, yet still reached)
-        raise DistcoreError(f"run {run_dir.name} already finished at step {done} of {total}: {binding_limit(wanted)} "
-                            "to train more.")
+        raise DistcoreError(
+            f"run {run_dir.name} already finished at step {done} of {total}: {binding_limit(wanted)} to train more."
+        )
     raise DistcoreError(
         f"cannot resume {run_dir.name} with epochs {wanted.epochs} and max steps {wanted.max_steps}: that makes "
         f"{total} steps, and the run has already trained {done} ({names[-1]}). To train more, use epochs of at "
         f"least {done // wanted.steps_per_epoch() + 1}, and max steps 0 (no limit) or more than {done}; "
-        "the run is unchanged.")
+        "the run is unchanged."
+    )
 
 
 def binding_limit(config: TrainConfig) -> str:
@@ -466,16 +504,40 @@ def binding_limit(config: TrainConfig) -> str:
         return f"{epochs} end{'s' if one else ''} there; raise epochs"
     if config.max_steps < by_epochs:
         return f"its max steps ({config.max_steps}) end there; raise max steps, or set them to 0 (no limit),"
-    return (f"{epochs} and its max steps ({config.max_steps}) both end there; raise epochs, and raise max "
-            "steps or set them to 0 (no limit),")
+    return (
+        f"{epochs} and its max steps ({config.max_steps}) both end there; raise epochs, and raise max "
+        "steps or set them to 0 (no limit),"
+    )
 
 
 NUMBER = (int, float)
-STATUS_KINDS = {"state": str, "message": str, "detail": str, "pid": int, "step": int, "total_steps": int,
-                "epoch": int, "time": NUMBER, "examples_per_sec": NUMBER, "eta_seconds": NUMBER}
-METRICS_KINDS = {"step": int, "epoch": int, "loss": NUMBER, "examples": NUMBER, "examples_per_sec": NUMBER,
-                 "train_loss": NUMBER, "train_accuracy": NUMBER, "test_loss": NUMBER, "test_accuracy": NUMBER,
-                 "time": NUMBER, "event": str, "message": str, "checkpoint": str}
+STATUS_KINDS = {
+    "state": str,
+    "message": str,
+    "detail": str,
+    "pid": int,
+    "step": int,
+    "total_steps": int,
+    "epoch": int,
+    "time": NUMBER,
+    "examples_per_sec": NUMBER,
+    "eta_seconds": NUMBER,
+}
+METRICS_KINDS = {
+    "step": int,
+    "epoch": int,
+    "loss": NUMBER,
+    "examples": NUMBER,
+    "examples_per_sec": NUMBER,
+    "train_loss": NUMBER,
+    "train_accuracy": NUMBER,
+    "test_loss": NUMBER,
+    "test_accuracy": NUMBER,
+    "time": NUMBER,
+    "event": str,
+    "message": str,
+    "checkpoint": str,
+}
 
 
 def of_kind(key: str, value, kinds: dict) -> bool:
@@ -492,8 +554,11 @@ def read_status(run_dir) -> dict | None:
     status = read_json(Path(run_dir) / "status.json")
     if status is None:
         return None
-    return {key: value for key, value in status.items()
-            if value is None and key != "state" or of_kind(key, value, STATUS_KINDS)}
+    return {
+        key: value
+        for key, value in status.items()
+        if value is None and key != "state" or of_kind(key, value, STATUS_KINDS)
+    }
 
 
 def read_metrics(run_dir) -> list[dict]:

@@ -47,8 +47,13 @@ def plan(config: SplitConfig, strategy=None, *, spent: list | None = None) -> di
             transform = (lambda ids: ids) if config.map_after_batch else None
             try:
                 dist = inputs.distribute(
-                    strategy, make_examples, global_batch=config.global_batch, api=config.api,
-                    policy=config.policy, drop_remainder=config.drop_remainder, transform=transform,
+                    strategy,
+                    make_examples,
+                    global_batch=config.global_batch,
+                    api=config.api,
+                    policy=config.policy,
+                    drop_remainder=config.drop_remainder,
+                    transform=transform,
                     prefetch=False,
                 )
                 steps = []
@@ -118,10 +123,12 @@ def one_process_note(asked: int, result: dict) -> list[str]:
     """A plan asked for with W workers but run without a cluster (the planner) is a one-worker plan."""
     if asked == 1 or result["workers"] > 1:
         return []
-    return [f"You asked for {asked} workers, but this plan ran in one process with no cluster, so it is a "
-            f"one-worker plan: its {result['replicas']} replica(s) share every global batch of "
-            f"{result['global_batch']} and nothing is divided between workers. `split --workers {asked}` "
-            "runs real worker processes."]
+    return [
+        f"You asked for {asked} workers, but this plan ran in one process with no cluster, so it is a "
+        f"one-worker plan: its {result['replicas']} replica(s) share every global batch of "
+        f"{result['global_batch']} and nothing is divided between workers. `split --workers {asked}` "
+        "runs real worker processes."
+    ]
 
 
 def id_source(config: SplitConfig, tmp: Path):
@@ -135,8 +142,7 @@ def id_source(config: SplitConfig, tmp: Path):
     from . import inputs
 
     def whole(ds):  # as training's input does
-        return inputs.whole_global_batches(ds, config.examples, config.global_batch, config.api,
-                                           config.drop_remainder)
+        return inputs.whole_global_batches(ds, config.examples, config.global_batch, config.api, config.drop_remainder)
 
     if not config.files:
         return lambda: whole(tf.data.Dataset.range(config.examples))
@@ -183,11 +189,13 @@ def describe(result: dict) -> list[str]:
         # TensorFlow's pieces of a global batch can differ (3 over 2 workers: 2 and 1, and under
         # FILE a worker takes both in turn), so one worker's plan cannot tell a full step from a
         # partial one: cluster_notes adds up every worker's pieces.
-        notes.append(f"This is one of {workers} workers: it feeds {replicas // workers} of the {replicas} "
-                     f"replicas. At each step the replicas of all workers take their pieces together: one "
-                     f"global batch of {g}, except where each worker batches its own files (FILE), and then a "
-                     "step can hold more. Pieces can differ in size, so this worker's steps alone do not show "
-                     "whether a step was full: the cluster notes add up every worker's pieces.")
+        notes.append(
+            f"This is one of {workers} workers: it feeds {replicas // workers} of the {replicas} "
+            f"replicas. At each step the replicas of all workers take their pieces together: one "
+            f"global batch of {g}, except where each worker batches its own files (FILE), and then a "
+            "step can hold more. Pieces can differ in size, so this worker's steps alone do not show "
+            "whether a step was full: the cluster notes add up every worker's pieces."
+        )
     if result.get("plain_iterator"):
         notes.append(
             "One CPU replica: it gets every batch whole, whichever API. distcore reads them through "
@@ -220,17 +228,20 @@ def describe(result: dict) -> list[str]:
 def rows_note(result: dict) -> list[str]:
     if not result.get("rows"):
         return []
-    return [f"The cells show Fashion-MNIST row numbers in the order training's epoch 1 reads them (shuffled "
-            f"with seed {result['shuffle_seed']}; each epoch has its own order). The "
-            "notes count positions in that order (0 = the first example read)."]
+    return [
+        f"The cells show Fashion-MNIST row numbers in the order training's epoch 1 reads them (shuffled "
+        f"with seed {result['shuffle_seed']}; each epoch has its own order). The "
+        "notes count positions in that order (0 = the first example read)."
+    ]
 
 
 def empty_replicas(sizes: list[list[int]]) -> list[tuple[str, str]]:
     """("steps 1–2000", "Replicas 2, 3") for each run of consecutive steps that left the same
     replicas empty: a batch of 2 on 4 replicas says so once, not in 2,000 notes."""
     empty = [(number, [str(r) for r, size in enumerate(row) if size == 0]) for number, row in enumerate(sizes, 1)]
-    runs = step_runs([(number, ("Replica " if len(e) == 1 else "Replicas ") + ", ".join(e))
-                      for number, e in empty if e])
+    runs = step_runs(
+        [(number, ("Replica " if len(e) == 1 else "Replicas ") + ", ".join(e)) for number, e in empty if e]
+    )
     return [(f"step {a}" if a == b else f"steps {a}–{b}", who) for a, b, who in runs]
 
 
@@ -256,11 +267,15 @@ def delivery_notes(result: dict) -> list[str]:
             notes.append(f"drop_remainder dropped the last {n - seen} example(s).")
         return notes
     # One worker sees only the ids it read, not which ones another worker received.
-    notes = [f"{len(steps)} step(s) delivered {seen} example(s) to this worker; whether and how the shard "
-             f"policy divided the {n} examples between the workers is in the cluster notes."]
+    notes = [
+        f"{len(steps)} step(s) delivered {seen} example(s) to this worker; whether and how the shard "
+        f"policy divided the {n} examples between the workers is in the cluster notes."
+    ]
     if result["drop_remainder"]:
-        notes.append("drop_remainder is on: TensorFlow leaves out a last batch that would be partial; the "
-                     "cluster notes count the examples that reached no worker.")
+        notes.append(
+            "drop_remainder is on: TensorFlow leaves out a last batch that would be partial; the "
+            "cluster notes count the examples that reached no worker."
+        )
     return notes
 
 
@@ -278,28 +293,39 @@ def shortened(text: str, limit: int = 800) -> str:
     if len(text) <= limit:
         return text
     end = text.rfind(". ", 0, limit)
-    return text[:end + 1] if end > 0 else text[:limit - 1] + "…"
+    return text[: end + 1] if end > 0 else text[: limit - 1] + "…"
 
 
 def explain_tf_error(config: SplitConfig, err) -> str:
     text = f"TensorFlow refused this plan: {type(err).__name__}: {tf_message(err)}"
     if config.policy == "file" and not config.files and config.shuffle_seed is not None:
         # The advice for the toy ids (source files) is refused for these rows (config.py).
-        text += (" (FILE sharding hands out whole input files, and the Fashion-MNIST rows are shown from "
-                 "memory, which has no files. Training refuses FILE across workers too. To see what FILE does "
-                 "across workers, use the toy ids with at least as many source files as workers; or use the "
-                 "DATA or AUTO policy.)")
+        text += (
+            " (FILE sharding hands out whole input files, and the Fashion-MNIST rows are shown from "
+            "memory, which has no files. Training refuses FILE across workers too. To see what FILE does "
+            "across workers, use the toy ids with at least as many source files as workers; or use the "
+            "DATA or AUTO policy.)"
+        )
     elif config.policy == "file" and not config.files:
-        text += (" (FILE sharding hands out whole input files, but this dataset is made in memory and "
-                 "reads no files: write it to source files (Source files in the app, --files F in the CLI), "
-                 "or use the DATA or AUTO policy.)")
+        text += (
+            " (FILE sharding hands out whole input files, but this dataset is made in memory and "
+            "reads no files: write it to source files (Source files in the app, --files F in the CLI), "
+            "or use the DATA or AUTO policy.)"
+        )
     elif config.policy in ("file", "auto") and config.workers > config.files:
-        auto = ("AUTO shards by FILE when the data comes from files, and does not fall back to DATA "
-                "when there are too few: " if config.policy == "auto" else "")
-        text += (f" ({auto}FILE sharding hands out whole files: {config.files} file(s) cannot be split over "
-                 f"{config.workers} workers, so TensorFlow stops. Use at least as many files as workers, or the DATA policy; "
-                 "not OFF, which TensorFlow also suggests: every worker would read every example, and training "
-                 "refuses it across workers.)")
+        auto = (
+            "AUTO shards by FILE when the data comes from files, and does not fall back to DATA "
+            "when there are too few: "
+            if config.policy == "auto"
+            else ""
+        )
+        text += (
+            f" ({auto}FILE sharding hands out whole files: {config.files} file(s) cannot be split over "
+            f"{config.workers} workers, so TensorFlow stops. "
+            "Use at least as many files as workers, or the DATA policy; "
+            "not OFF, which TensorFlow also suggests: every worker would read every example, and training "
+            "refuses it across workers.)"
+        )
     return text
 
 
@@ -307,8 +333,10 @@ def cluster_notes(plans: list[dict]) -> list[str]:
     """What the shard policy did across workers, read off the ids each worker received;
     then the cluster's full and partial global batches, and what drop_remainder left out."""
     seen = [sorted(i for step in p["steps"] for ids in step for i in ids) for p in plans]
-    notes = [f"Worker {w} received {len(ids)} example(s) in {len(p['steps'])} step(s)."
-             for w, (p, ids) in enumerate(zip(plans, seen))]
+    notes = [
+        f"Worker {w} received {len(ids)} example(s) in {len(p['steps'])} step(s)."
+        for w, (p, ids) in enumerate(zip(plans, seen))
+    ]
     return notes + sharding_notes(plans, seen) + cluster_step_notes(plans) + dropped_note(plans, seen)
 
 
@@ -316,8 +344,10 @@ def sharding_notes(plans: list[dict], seen: list[list[int]]) -> list[str]:
     every = [i for ids in seen for i in ids]
     repeated = len(every) - len(set(every))
     if repeated:
-        return [f"{repeated} example(s) reached more than one worker: with this policy each worker "
-                "reads data the others also read (OFF: everything)."]
+        return [
+            f"{repeated} example(s) reached more than one worker: with this policy each worker "
+            "reads data the others also read (OFF: everything)."
+        ]
     if plans[0]["api"] == "function":
         return [function_sharding_note(seen)]
     notes = ["No example reached two workers: the policy divided the data between them."]
@@ -329,18 +359,22 @@ def sharding_notes(plans: list[dict], seen: list[list[int]]) -> list[str]:
         read = files_read(plans[0]["examples"], files, seen)
         if sum(map(len, read)) > len({f for r in read for f in r}):
             return notes  # a file split between workers: not what FILE does, so no story
-        notes.append("Each worker read whole files of its own: that is FILE sharding ("
-                     + "; ".join(f"worker {w}: " + (f"file(s) {id_ranges(f)}" if f else "no ids reached it")
-                                 for w, f in enumerate(read))
-                     + "). A worker's steps come from its files only, so when its files run out its pieces "
-                     "shrink or come empty.")
-    elif all(g * k <= i < g * (k + 1)
-             for p in plans for k, step in enumerate(p["steps"]) for ids in step for i in ids):
+        notes.append(
+            "Each worker read whole files of its own: that is FILE sharding ("
+            + "; ".join(
+                f"worker {w}: " + (f"file(s) {id_ranges(f)}" if f else "no ids reached it") for w, f in enumerate(read)
+            )
+            + "). A worker's steps come from its files only, so when its files run out its pieces "
+            "shrink or come empty."
+        )
+    elif all(g * k <= i < g * (k + 1) for p in plans for k, step in enumerate(p["steps"]) for ids in step for i in ids):
         text = "Every worker took its piece of each global batch in turn: that is DATA sharding."
         if policy == "auto":
-            text += (" AUTO found no input files to shard and fell back to DATA. The r1.15 API reference "
-                     "promised a warning; TensorFlow 2.21 logs it only at verbose level 2 "
-                     "(TF_CPP_VMODULE=auto_shard=2), and the ids show it.")
+            text += (
+                " AUTO found no input files to shard and fell back to DATA. The r1.15 API reference "
+                "promised a warning; TensorFlow 2.21 logs it only at verbose level 2 "
+                "(TF_CPP_VMODULE=auto_shard=2), and the ids show it."
+            )
         notes.append(text)
     return notes
 
@@ -372,27 +406,47 @@ def cluster_step_notes(plans: list[dict]) -> list[str]:
     g = plans[0]["global_batch"]
     steps = cluster_steps(plans)
     cuts = list(dict.fromkeys(slashed(s) for s in steps if sum(s) == g))
-    notes = [f"Each full global batch of {g} was cut {' or '.join(cuts)} over the {len(steps[0])} replicas "
-             "(worker 0's first)."] if cuts else []
+    notes = (
+        [
+            f"Each full global batch of {g} was cut {' or '.join(cuts)} over the {len(steps[0])} replicas "
+            "(worker 0's first)."
+        ]
+        if cuts
+        else []
+    )
     partial = step_runs([(k, f"({sum(s)} of {g}), cut {slashed(s)}") for k, s in enumerate(steps, 1) if 0 < sum(s) < g])
-    notes += [f"Step {a} is a partial global batch {fact}." if a == b else
-              f"Steps {a}–{b} are partial global batches {fact}." for a, b, fact in partial]
+    notes += [
+        f"Step {a} is a partial global batch {fact}." if a == b else f"Steps {a}–{b} are partial global batches {fact}."
+        for a, b, fact in partial
+    ]
     # Under FILE every worker can take the empty piece of its own batch at the same turn: a
     # step of nothing, which still runs: it is named so, not "a partial global batch (0 of 4)".
     empty = step_runs([(k, "") for k, s in enumerate(steps, 1) if sum(s) == 0])
-    notes += [f"Step {a} carries no example at all: every replica's piece is empty, and it still runs (an "
-              "all-reduce of nothing)." if a == b else f"Steps {a}–{b} carry no example at all: every replica's "
-              "piece is empty, and they still run (all-reduces of nothing)." for a, b, _ in empty]
+    notes += [
+        f"Step {a} carries no example at all: every replica's piece is empty, and it still runs (an "
+        "all-reduce of nothing)."
+        if a == b
+        else f"Steps {a}–{b} carry no example at all: every replica's "
+        "piece is empty, and they still run (all-reduces of nothing)."
+        for a, b, _ in empty
+    ]
     # Under FILE each worker batches its own files by G and hands a batch out over several
     # steps, in every replica's piece size in turn: workers at the same turn can send 3+3 of
     # G=5, and such steps are not full but more than a global batch.
-    over = step_runs([(k, f"{sum(s)} examples, more than a global batch of {g}, cut {slashed(s)}")
-                      for k, s in enumerate(steps, 1) if sum(s) > g])
+    over = step_runs(
+        [
+            (k, f"{sum(s)} examples, more than a global batch of {g}, cut {slashed(s)}")
+            for k, s in enumerate(steps, 1)
+            if sum(s) > g
+        ]
+    )
     notes += [f"Step {a} holds {fact}." if a == b else f"Steps {a}–{b} each hold {fact}." for a, b, fact in over]
     if over:
-        notes.append("Each worker batched the examples of its own files by the global batch and handed each "
-                     "batch out over several steps, in the replicas' piece sizes in turn, so what the workers "
-                     f"send at one step need not add up to {g}.")
+        notes.append(
+            "Each worker batched the examples of its own files by the global batch and handed each "
+            "batch out over several steps, in the replicas' piece sizes in turn, so what the workers "
+            f"send at one step need not add up to {g}."
+        )
     return notes
 
 
@@ -404,13 +458,17 @@ def dropped_note(plans: list[dict], seen: list[list[int]]) -> list[str]:
         return []
     kind = "positions" if plans[0].get("rows") else "ids"  # with Fashion-MNIST rows, the notes count positions
     if plans[0]["api"] == "dataset" and plans[0]["files"] and plans[0]["policy"] != "data":
-        why = (f"each worker batches what its own files hold by the global batch ({plans[0]['global_batch']}) "
-               "and drops its last partial batch, so what they held beyond whole global batches (all of it, "
-               "when less than one) never arrived")
+        why = (
+            f"each worker batches what its own files hold by the global batch ({plans[0]['global_batch']}) "
+            "and drops its last partial batch, so what they held beyond whole global batches (all of it, "
+            "when less than one) never arrived"
+        )
     else:
         why = "because they would have made a partial batch"
-    return [f"drop_remainder left out {len(missing)} of the {n} examples ({kind} {id_ranges(missing)}): no "
-            f"worker received them, {why}."]
+    return [
+        f"drop_remainder left out {len(missing)} of the {n} examples ({kind} {id_ranges(missing)}): no "
+        f"worker received them, {why}."
+    ]
 
 
 def id_ranges(ids: list[int]) -> str:
@@ -427,9 +485,11 @@ def id_ranges(ids: list[int]) -> str:
 def function_sharding_note(seen: list[list[int]]) -> str:
     """distribute_datasets_from_function: the input function's own shard(), not the policy."""
     workers = len(seen)
-    text = ("No example reached two workers: distribute_datasets_from_function does not apply the shard "
-            "policy; distcore's input function shards the ids itself with "
-            "dataset.shard(num_input_pipelines, input_pipeline_id)")
+    text = (
+        "No example reached two workers: distribute_datasets_from_function does not apply the shard "
+        "policy; distcore's input function shards the ids itself with "
+        "dataset.shard(num_input_pipelines, input_pipeline_id)"
+    )
     if all(i % workers == w for w, ids in enumerate(seen) for i in ids):
         text += f", so each worker took every {ordinal(workers)} id (worker w: ids w, w+{workers}, …)"
     return text + "."
@@ -442,14 +502,20 @@ def ordinal(n: int) -> str:
 def policy_note(result: dict) -> str:
     policy = result["policy"].upper()
     if result.get("workers", 1) > 1 and result["api"] == "dataset":
-        return (f"Shard policy {policy} decides whether and how the data is divided between the "
-                f"{result['workers']} workers; the ids each worker received show what it did.")
+        return (
+            f"Shard policy {policy} decides whether and how the data is divided between the "
+            f"{result['workers']} workers; the ids each worker received show what it did."
+        )
     if result["api"] == "function":
-        return (f"Shard policy {policy} is not used by distribute_datasets_from_function: the input "
-                "function shards itself with InputContext (num_input_pipelines, input_pipeline_id).")
+        return (
+            f"Shard policy {policy} is not used by distribute_datasets_from_function: the input "
+            "function shards itself with InputContext (num_input_pipelines, input_pipeline_id)."
+        )
     if result["replicas"] == 1:
-        return (f"Shard policy {policy} decides how data is divided between *workers*; with one worker "
-                "and one replica there is nothing to divide, so it changes nothing here.")
+        return (
+            f"Shard policy {policy} decides how data is divided between *workers*; with one worker "
+            "and one replica there is nothing to divide, so it changes nothing here."
+        )
     return rebatch_note(result)
 
 
@@ -461,12 +527,15 @@ def rebatch_note(result: dict) -> str:
     full = first_full(sizes, g)
     partial = [(n, s) for n, s in enumerate(sizes, start=1) if sum(s) < g]
     seen = [f"each full global batch became {slashed(full)}"] if full else []
-    seen += [f"the partial step {n} ({sum(s)} example{'' if sum(s) == 1 else 's'}) became {slashed(s)}"
-             for n, s in partial]
+    seen += [
+        f"the partial step {n} ({sum(s)} example{'' if sum(s) == 1 else 's'}) became {slashed(s)}" for n, s in partial
+    ]
     hidden = batch_size_hidden(result)
-    text = (f"Shard policy {policy}: in one process (one worker) no data is divided between workers"
-            + ("" if hidden else ", but the policy still decides how a global batch is cut into per-replica pieces")
-            + f". Here {' and '.join(seen)}.")
+    text = (
+        f"Shard policy {policy}: in one process (one worker) no data is divided between workers"
+        + ("" if hidden else ", but the policy still decides how a global batch is cut into per-replica pieces")
+        + f". Here {' and '.join(seen)}."
+    )
     story = how_cut(full, [s for _, s in partial], hidden) if full else ""
     return f"{text} {story}" if story else text
 
@@ -477,20 +546,31 @@ def batch_size_hidden(result: dict) -> bool:
     return result.get("map_after_batch", True) and not result["drop_remainder"]
 
 
-FIXED_SIZES = ("That is TensorFlow's rebatch to fixed per-replica sizes ({}), filled in order, so a partial "
-               "batch fills the first replicas and the last ones can get little or nothing: what it does "
-               "under FILE and OFF sharding, and under AUTO when it shards by file.")
-LEGACY = ("That is the legacy rebatch, which cuts every batch, a partial one too, into pieces of "
-          "ceil(size / replicas), the last replica(s) getting what is left")
-OWN_SIZE = (LEGACY + ": under DATA sharding (and AUTO when the input reads no files, so it falls back to "
-            "DATA) tf.data's auto-shard rewrite puts it in place of the rebatch to fixed per-replica sizes.")
-OWN_SIZE_MAPPED = (LEGACY + ". A map follows the batch here, as training's normalisation does, and TensorFlow "
-                   "cannot read a fixed batch size through it unless drop_remainder is on (even when, as may be the case "
-                   "here, every batch happens to be full), so it cuts batches this way under every shard policy. A pipeline that ends at batch() gets fixed per-replica "
-                   "sizes, filled in order, under FILE and OFF, and under AUTO when it shards by file: "
-                   "see `split --no-map` in the CLI (the app's plans always have the map).")
-SAME = ("TensorFlow's two ways of cutting a batch (fixed per-replica sizes filled in order, and pieces of "
-        "ceil(size / replicas)) give the same pieces here, so the policy changes nothing in this plan.")
+FIXED_SIZES = (
+    "That is TensorFlow's rebatch to fixed per-replica sizes ({}), filled in order, so a partial "
+    "batch fills the first replicas and the last ones can get little or nothing: what it does "
+    "under FILE and OFF sharding, and under AUTO when it shards by file."
+)
+LEGACY = (
+    "That is the legacy rebatch, which cuts every batch, a partial one too, into pieces of "
+    "ceil(size / replicas), the last replica(s) getting what is left"
+)
+OWN_SIZE = (
+    LEGACY + ": under DATA sharding (and AUTO when the input reads no files, so it falls back to "
+    "DATA) tf.data's auto-shard rewrite puts it in place of the rebatch to fixed per-replica sizes."
+)
+OWN_SIZE_MAPPED = (
+    LEGACY + ". A map follows the batch here, as training's normalisation does, and TensorFlow "
+    "cannot read a fixed batch size through it unless drop_remainder is on (even when, as may be the case "
+    "here, every batch happens to be full), so it cuts batches this way under every shard policy. "
+    "A pipeline that ends at batch() gets fixed per-replica "
+    "sizes, filled in order, under FILE and OFF, and under AUTO when it shards by file: "
+    "see `split --no-map` in the CLI (the app's plans always have the map)."
+)
+SAME = (
+    "TensorFlow's two ways of cutting a batch (fixed per-replica sizes filled in order, and pieces of "
+    "ceil(size / replicas)) give the same pieces here, so the policy changes nothing in this plan."
+)
 
 
 def how_cut(full: list[int], partial: list[list[int]], hidden: bool = False) -> str:

@@ -24,7 +24,6 @@ from pathlib import Path
 from . import runs
 from .config import DistcoreError
 
-
 # Set by the cluster launcher in its workers' environment: it stops stuck workers itself.
 LAUNCHED_ENV = "DISTCORE_LAUNCHED_WORKER"
 # Signals this close together are one request (a Ctrl-C can reach a worker twice: from
@@ -158,8 +157,11 @@ class StopFlag:
                         self.signum = signum
                         os.write(2, b"\ndistcore: stopping at the end of this loop of steps, with a checkpoint.\n")
                     elif kind == AGAIN:
-                        os.write(2, b"\ndistcore: already stopping: the loop of steps in progress ends first "
-                                    b"(kill -KILL leaves at once, losing the steps since the last checkpoint).\n")
+                        os.write(
+                            2,
+                            b"\ndistcore: already stopping: the loop of steps in progress ends first "
+                            b"(kill -KILL leaves at once, losing the steps since the last checkpoint).\n",
+                        )
 
     def announce(self, resume: bool, total_steps: int | None = None) -> None:
         """Write a 'starting' status naming this process, so it can be stopped from now on
@@ -173,8 +175,10 @@ class StopFlag:
         if resume or not (self.run_dir / "config.json").exists() or runs.never_trained(self.run_dir):
             self.announced_over = runs.read_status(self.run_dir)
             status = self.announced_over or {}
-            write_status(self.run_dir, {**status, "state": "starting", "pid": os.getpid(), "message": "",
-                                        "total_steps": total_steps})
+            write_status(
+                self.run_dir,
+                {**status, "state": "starting", "pid": os.getpid(), "message": "", "total_steps": total_steps},
+            )
 
     def status_before(self, run_dir: Path) -> dict | None:
         """The run's status before this process: the one announce() replaced, if it did."""
@@ -216,8 +220,10 @@ class StopFlag:
         raise KeyboardInterrupt inside the loop, which would lose the steps since the last
         checkpoint and mark the run failed. A second Ctrl-C interrupts at once. Not where a handler of
         someone else's is in place (the CLI's is this flag's own), nor off the main thread."""
-        if (threading.current_thread() is not threading.main_thread()
-                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        if (
+            threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        ):
             yield
             return
 
@@ -263,13 +269,28 @@ class StopFlag:
         os.set_blocking(write_end, False)
         previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)  # the pipe keeps them meanwhile
         package_parent = str(Path(__file__).resolve().parent.parent)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])),
+        }
         watcher = None
         try:
             watcher = subprocess.Popen(
-                [sys.executable, "-m", "distcore.stopping", str(read_end), str(os.getpid()), str(self.run_dir or ""),
-                 remind, *map(str, REMIND_SECONDS), json.dumps(put_back)],
-                pass_fds=(read_end,), start_new_session=True, env=env)  # its own session: no Ctrl-C of its own
+                [
+                    sys.executable,
+                    "-m",
+                    "distcore.stopping",
+                    str(read_end),
+                    str(os.getpid()),
+                    str(self.run_dir or ""),
+                    remind,
+                    *map(str, REMIND_SECONDS),
+                    json.dumps(put_back),
+                ],
+                pass_fds=(read_end,),
+                start_new_session=True,
+                env=env,
+            )  # its own session: no Ctrl-C of its own
             if announce:
                 print(announce, file=sys.stderr, flush=True)
             yield
@@ -336,8 +357,14 @@ class Requests:
         return AGAIN if now - self.first > SAME_REQUEST_SECONDS else None
 
 
-def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None, remind: str = "",
-                           remind_seconds: tuple[float, float] = REMIND_SECONDS, put_back: dict | None = None) -> None:
+def watch_while_connecting(
+    read_end: int,
+    pid: int,
+    run_dir: Path | None,
+    remind: str = "",
+    remind_seconds: tuple[float, float] = REMIND_SECONDS,
+    put_back: dict | None = None,
+) -> None:
     """The watcher process of StopFlag.while_connecting: reads worker `pid`'s signals until
     the worker closes the pipe (it connected, or failed), and says `remind` now and then."""
     requests, began = Requests(), time.monotonic()
@@ -356,14 +383,20 @@ def watch_while_connecting(read_end: int, pid: int, run_dir: Path | None, remind
                 continue
             kind = requests.arrive()
             if kind == FIRST:
-                print("distcore: asked to stop while waiting for the cluster's other workers to connect. "
-                      "Every worker stops at step 0 once all have connected; ask again to leave now "
-                      "(the others will then wait for this one).", file=sys.stderr, flush=True)
+                print(
+                    "distcore: asked to stop while waiting for the cluster's other workers to connect. "
+                    "Every worker stops at step 0 once all have connected; ask again to leave now "
+                    "(the others will then wait for this one).",
+                    file=sys.stderr,
+                    flush=True,
+                )
             elif kind == AGAIN:
                 if put_back:  # a resume: as it was, beside its config.json (written when training begins)
                     put_status_back(run_dir, pid, put_back)
                 else:
-                    mark_state(run_dir, pid, "stopped", BEFORE_TRAINING + " (while waiting for the other workers to connect)")
+                    mark_state(
+                        run_dir, pid, "stopped", BEFORE_TRAINING + " (while waiting for the other workers to connect)"
+                    )
                 print("distcore: leaving now; the other workers will wait for this one.", file=sys.stderr, flush=True)
                 os.kill(pid, signal.SIGKILL)
                 return
@@ -378,5 +411,11 @@ def waited(seconds: float) -> str:
 
 
 if __name__ == "__main__":
-    watch_while_connecting(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]) if sys.argv[3] else None,
-                           sys.argv[4], (float(sys.argv[5]), float(sys.argv[6])), json.loads(sys.argv[7]))
+    watch_while_connecting(
+        int(sys.argv[1]),
+        int(sys.argv[2]),
+        Path(sys.argv[3]) if sys.argv[3] else None,
+        sys.argv[4],
+        (float(sys.argv[5]), float(sys.argv[6])),
+        json.loads(sys.argv[7]),
+    )

@@ -38,8 +38,17 @@ devices.configure(LOGICAL_CPUS, replicas=2)  # threads as a 2-replica job has th
 # each such test is caught); one that only starts a TensorFlow process is not seen by that check
 # and must be marked by hand.
 SLOW_MODULES = {
-    "test_browser", "test_checkpoints", "test_controller", "test_events", "test_faults",
-    "test_inputs", "test_loop", "test_losscheck", "test_many_users", "test_model", "test_optimizer",
+    "test_browser",
+    "test_checkpoints",
+    "test_controller",
+    "test_events",
+    "test_faults",
+    "test_inputs",
+    "test_loop",
+    "test_losscheck",
+    "test_many_users",
+    "test_model",
+    "test_optimizer",
     "test_security",
 }
 SLOW_FIXTURES = {"trained_run", "finished_run", "planner"}
@@ -67,8 +76,11 @@ def fast_tests_start_no_tensorflow(request):
     checked = not request.node.get_closest_marker("slow") and not tensorflow_started()
     yield
     if checked and tensorflow_started():
-        pytest.fail(f"{request.node.nodeid} starts TensorFlow but is not marked slow: add its module to "
-                    "SLOW_MODULES in tests/conftest.py or mark the test @pytest.mark.slow", pytrace=False)
+        pytest.fail(
+            f"{request.node.nodeid} starts TensorFlow but is not marked slow: add its module to "
+            "SLOW_MODULES in tests/conftest.py or mark the test @pytest.mark.slow",
+            pytrace=False,
+        )
 
 
 def wait_for(predicate, timeout=120, poll=0.2):
@@ -99,8 +111,7 @@ def trained_run(tmp_path_factory):
     from distcore.controller import Controller
 
     run_dir = tmp_path_factory.mktemp("runs") / "epoch1"
-    config = TrainConfig(devices=cpus(2), global_batch=64, epochs=1, seed=1, steps_per_loop=50,
-                         checkpoint_every=400)
+    config = TrainConfig(devices=cpus(2), global_batch=64, epochs=1, seed=1, steps_per_loop=50, checkpoint_every=400)
     result = Controller(config, run_dir).run()
     return run_dir, result
 

@@ -1,4 +1,5 @@
 """The app's handlers (webapp.*), called directly: inputs -> outputs, bad input -> a clear message."""
+
 import csv
 import json
 import os
@@ -24,10 +25,26 @@ BAD_NAMES = ["../x", "/etc", "a/b", "..", "x/../../etc", ""]
 
 def form(count=2, batch=64, train_examples=2048, max_steps=20, epochs=1, **over):
     """The Setup tab's training inputs, in _train_form order."""
-    values = dict(count=count, boxes=[], batch=batch, policy="auto", api="dataset", model="cnn",
-                  optimizer="adam", lr=0.001, epochs=epochs, max_steps=max_steps,
-                  steps_per_loop=5, ckpt_every=0, seed=0, train_examples=train_examples,
-                  test_examples=500, drop=False, workers=1, ckpt_keep=0)
+    values = dict(
+        count=count,
+        boxes=[],
+        batch=batch,
+        policy="auto",
+        api="dataset",
+        model="cnn",
+        optimizer="adam",
+        lr=0.001,
+        epochs=epochs,
+        max_steps=max_steps,
+        steps_per_loop=5,
+        ckpt_every=0,
+        seed=0,
+        train_examples=train_examples,
+        test_examples=500,
+        drop=False,
+        workers=1,
+        ckpt_keep=0,
+    )
     values.update(over)
     return list(values.values())
 
@@ -49,8 +66,10 @@ def is_error(md) -> bool:
 
 
 def test_app_never_imports_tensorflow(tmp_path):
-    code = ("import sys, app; app.build_app(runs_root=sys.argv[1], devices_info={'gpus': []}); "
-            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
+    code = (
+        "import sys, app; app.build_app(runs_root=sys.argv[1], devices_info={'gpus': []}); "
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'"
+    )
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, check=True, timeout=120)
 
 
@@ -59,8 +78,7 @@ def test_build_app_gpu_and_cpu_layouts(tmp_path):
         demo = shell.build_app(runs_root=tmp_path, devices_info=info, planner=jobs.Planner())
         assert isinstance(demo, gr.Blocks)
         labels = {getattr(b, "value", None) for b in demo.blocks.values() if isinstance(b, gr.Button)}
-        assert {"Show split", "Start training", "Stop training", "Resume",
-                "Evaluate checkpoint"} <= labels
+        assert {"Show split", "Start training", "Stop training", "Resume", "Evaluate checkpoint"} <= labels
 
 
 def test_selected_devices(settings):
@@ -79,11 +97,14 @@ def test_batch_note(settings):
     assert "does not divide evenly by 3 replicas** (64 / 3 replicas ≈ 21.333)" in setup.batch_note(settings, 64, 3, [])
     # Its example names both of TensorFlow's cuts (tests/test_split.py checks them); 2/2/0 alone
     # would contradict the split shown under it with drop_remainder.
-    assert "4 over 3 replicas is 2/2/0, or 2/1/1 under FILE and OFF with drop_remainder. distribute_datasets_from_" \
-           "function refuses a global batch that does not divide evenly." in setup.batch_note(settings, 64, 3, [])
+    assert (
+        "4 over 3 replicas is 2/2/0, or 2/1/1 under FILE and OFF with drop_remainder. distribute_datasets_from_"
+        "function refuses a global batch that does not divide evenly." in setup.batch_note(settings, 64, 3, [])
+    )
     assert "(1 / 8 replicas = 0.125)" in setup.batch_note(settings, 1, 8, [])  # not 0.12
     assert "**4 examples for 8 replicas** (4 / 8 replicas = 0.5): at each step 4 of them get an empty batch" in (
-        setup.batch_note(settings, 4, 8, []))  # 1/1/1/1/0/0/0/0
+        setup.batch_note(settings, 4, 8, [])
+    )  # 1/1/1/1/0/0/0/0
     # 12 over 8 is 2/2/2/2/2/2/0/0: the two replicas always empty are named, not just "unequal batches"
     assert "some may get an empty one at every step" in setup.batch_note(settings, 12, 8, [])
     assert is_error(setup.batch_note(settings, 0, 2, []))
@@ -92,9 +113,20 @@ def test_batch_note(settings):
 
 
 def split(settings, planner, n, g, r, **kw):
-    args = dict(source=setup.TOY, toy_examples=n, train_examples=60000, global_batch=g,
-                cpu_count=r, gpu_boxes=[], policy="auto", api="dataset", drop_remainder=False,
-                files=0, workers=1, seed=0)
+    args = dict(
+        source=setup.TOY,
+        toy_examples=n,
+        train_examples=60000,
+        global_batch=g,
+        cpu_count=r,
+        gpu_boxes=[],
+        policy="auto",
+        api="dataset",
+        drop_remainder=False,
+        files=0,
+        workers=1,
+        seed=0,
+    )
     args.update(kw)
     return setup.show_split(settings, planner, *args.values())
 
@@ -113,28 +145,34 @@ def test_show_split_seed_examples(settings, planner):
     assert time.monotonic() - started < 3, "the persistent planner answers small plans fast"
 
 
-@pytest.mark.parametrize("n,g,r,kw,message", [
-    (6, 0, 2, {}, "global batch size"),
-    (6, -4, 2, {}, "global batch size"),
-    (6, 4, None, {}, "device set is empty"),
-    (6, 8, 2, {}, "larger than the dataset"),
-    (6, 4, 3, {"api": "function"}, "divide evenly"),
-    (6, 4, 2, {"policy": "bogus"}, "shard policy"),
-    # One range for the seed, whatever is wrong: not "from 0 up" for -1 and "from 0 to 2147483647" for a huge one.
-    (6, 4, 2, {"source": setup.FASHION, "seed": -1}, "a whole number from 0 to 2147483647"),
-])
+@pytest.mark.parametrize(
+    "n,g,r,kw,message",
+    [
+        (6, 0, 2, {}, "global batch size"),
+        (6, -4, 2, {}, "global batch size"),
+        (6, 4, None, {}, "device set is empty"),
+        (6, 8, 2, {}, "larger than the dataset"),
+        (6, 4, 3, {"api": "function"}, "divide evenly"),
+        (6, 4, 2, {"policy": "bogus"}, "shard policy"),
+        # One range for the seed, whatever is wrong: not "from 0 up" for -1 and "from 0 to 2147483647" for a huge one.
+        (6, 4, 2, {"source": setup.FASHION, "seed": -1}, "a whole number from 0 to 2147483647"),
+    ],
+)
 def test_show_split_bad_input(settings, planner, n, g, r, kw, message):
     fig, text = split(settings, planner, n, g, r, **kw)
     assert fig is None and is_error(text) and message in text
 
 
-@pytest.mark.parametrize("over,message", [
-    ({"batch": 0}, "global batch size"),
-    ({"batch": -64}, "global batch size"),
-    ({"count": None}, "device set is empty"),
-    ({"batch": 4096}, "larger than the training set"),
-    ({"lr": None}, "learning rate"),
-])
+@pytest.mark.parametrize(
+    "over,message",
+    [
+        ({"batch": 0}, "global batch size"),
+        ({"batch": -64}, "global batch size"),
+        ({"count": None}, "device set is empty"),
+        ({"batch": 4096}, "larger than the training set"),
+        ({"lr": None}, "learning rate"),
+    ],
+)
 def test_start_run_bad_input_starts_nothing(settings, over, message):
     text, dropdown = train.start_run(settings, threading.Lock(), "bad", *form(**over))
     assert is_error(text) and message in text
@@ -155,7 +193,8 @@ def test_what_was_typed_is_shown_as_text_not_html(settings):
     assert "&lt;img src=x onerror=alert(1)&gt;" in text and "<img" not in text
     # An empty loss-scaling seed is 0, as Setup's is, within the same range.
     assert loss.loss_check(settings, 1, [], 8, 2**31) == fmt.error_md(
-        "seed (2147483648) must be a whole number from 0 to 2147483647.")
+        "seed (2147483648) must be a whole number from 0 to 2147483647."
+    )
     assert "Single device (reference)" in loss.loss_check(settings, 1, [], 8, None)
 
 
@@ -177,9 +216,11 @@ def test_handlers_ask_for_a_run_when_none_is_picked(settings):
 
 def test_evaluate_a_run_with_no_checkpoints_says_so(settings):
     (settings.runs_root / "fresh").mkdir(parents=True)
-    assert "has no checkpoints yet" in evaluate_tab.evaluate(
-        settings, "fresh", None, evaluate_tab.NO_STRATEGY, 2, [])[0]
-    # Stopped at step 0 after it saved its settings: no "yet", which would say to wait for a checkpoint that never comes.
+    assert (
+        "has no checkpoints yet" in evaluate_tab.evaluate(settings, "fresh", None, evaluate_tab.NO_STRATEGY, 2, [])[0]
+    )
+    # Stopped at step 0 after it saved its settings: no "yet", which would say to wait for a checkpoint
+    # that never comes.
     (settings.runs_root / "fresh" / "config.json").write_text("{}")
     runs.write_json_atomic(settings.runs_root / "fresh" / "status.json", {"state": "stopped", "step": 0})
     md = evaluate_tab.evaluate(settings, "fresh", None, evaluate_tab.NO_STRATEGY, 2, [])[0]
@@ -198,15 +239,38 @@ def test_evaluate_a_run_whose_data_folder_is_gone_reads_the_data_from_here_and_s
     for name in data.FILES.values():
         (theirs / name).symlink_to(here / name)
     run_dir = settings.runs_root / "copied"
-    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--data-dir", str(theirs),
-                    "--replicas", "2", "--train-examples", "640", "--test-examples", "200", "--steps-per-loop", "5"],
-                   cwd=REPO, check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run_dir),
+            "--data-dir",
+            str(theirs),
+            "--replicas",
+            "2",
+            "--train-examples",
+            "640",
+            "--test-examples",
+            "200",
+            "--steps-per-loop",
+            "5",
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     for name in data.FILES.values():
         (theirs / name).unlink()
     md, figure, gallery = evaluate_tab.evaluate(settings, "copied", "ckpt-10", evaluate_tab.NO_STRATEGY, 2, [])
     assert md.startswith("### Accuracy ") and figure is not None and len(gallery) == 16, md
-    assert (f"Note: the run's data folder {theirs} (its data_dir in {run_dir / 'config.json'}) lacks "
-            f"{', '.join(data.FILES.values())}; read Fashion-MNIST from {here} instead.") in md
+    assert (
+        f"Note: the run's data folder {theirs} (its data_dir in {run_dir / 'config.json'}) lacks "
+        f"{', '.join(data.FILES.values())}; read Fashion-MNIST from {here} instead."
+    ) in md
 
 
 @pytest.mark.slow
@@ -214,9 +278,28 @@ def test_a_full_gradio_temporary_folder_is_said_and_the_evaluation_still_shows(s
     # Gradio copies the gallery's images and the exported files into its temporary folder as it
     # answers; when that disk is full, the result still shows, not a bare "Error" in each output.
     run_dir = settings.runs_root / "small"
-    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas", "2",
-                    "--train-examples", "640", "--test-examples", "200", "--steps-per-loop", "5"],
-                   cwd=REPO, check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run_dir),
+            "--replicas",
+            "2",
+            "--train-examples",
+            "640",
+            "--test-examples",
+            "200",
+            "--steps-per-loop",
+            "5",
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     with tmpfs(tmp_path / "disk", "size=1m") as mount:
         monkeypatch.setenv("GRADIO_TEMP_DIR", str(mount / "gradio"))
         assert hosting.gradio_room(1000) is None
@@ -226,7 +309,9 @@ def test_a_full_gradio_temporary_folder_is_said_and_the_evaluation_still_shows(s
         assert md.startswith("### Accuracy ") and figure is not None and gallery == []
         assert md.endswith(f"Note: The test images are not shown: {full}")
         assert train.export_run(settings, "small") == (
-            None, fmt.error_md(f"cannot hand the export to the browser: {full}"))
+            None,
+            fmt.error_md(f"cannot hand the export to the browser: {full}"),
+        )
 
 
 def test_a_run_with_damaged_files_is_shown_as_damaged(settings):
@@ -271,7 +356,8 @@ def test_loss_check(settings):
     assert "*Keras 3's default reduction failed: the strategy cannot add up" in partial and "AddN" in partial
     for bad in (7, -1, 2.5):  # the range is the global batch's (not "from 1 to 65536" for 0)
         assert "(0: the global batch size) (%s) must be a whole number from 0 to 6." % bad in loss.loss_check(
-            settings, 3, [], 6, 0, 1, bad)
+            settings, 3, [], 6, 0, 1, bad
+        )
     # 0, as the field comes (Gradio shows and sends an empty Number as 0), is the whole batch,
     # so the tab's first click is not refused.
     assert loss.loss_check(settings, 3, [], 6, 0, 1, 0) == loss.loss_check(settings, 3, [], 6, 0, 1, None)
@@ -295,8 +381,10 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     assert "start" in logs
     assert "Setup: cnn · adam · learning rate 0.001 · global batch 64 on cpu:0, cpu:1" in status
 
-    assert ("Stopping **r1**: it stops at the end of the current loop (steps per loop: 5 steps; a process's "
-            "first loop is its first step), saves a checkpoint and exits.") == train.stop_run(settings, "r1")
+    assert (
+        "Stopping **r1**: it stops at the end of the current loop (steps per loop: 5 steps; a process's "
+        "first loop is its first step), saves a checkpoint and exits."
+    ) == train.stop_run(settings, "r1")
     assert jobs.wait_until_done(settings.runs_root / "r1", timeout=120)
     status = watch.run_view(settings, "r1")[0]
     assert "**stopped**" in status and "ckpt-" in status
@@ -394,12 +482,14 @@ def test_two_worker_processes_split_and_train(settings):
 
 # ---------------------------------------------------------------- setup, notes and lines of the page
 
+
 def test_batch_note_counts_worker_processes(settings):
     # 2 logical devices chosen, but 3 worker processes: 3 replicas, one per worker.
     note = setup.batch_note(settings, 64, 2, [], 3)
     assert "does not divide evenly by 3 replicas" in note and "worker process" in note
-    assert "Per-replica batch: **32** (64 / 2 replicas: one CPU replica per worker process)" in \
-        setup.batch_note(settings, 64, 2, [], 2)
+    assert "Per-replica batch: **32** (64 / 2 replicas: one CPU replica per worker process)" in setup.batch_note(
+        settings, 64, 2, [], 2
+    )
     count, boxes = setup.devices_in_use(3)
     assert count["interactive"] is False and boxes["interactive"] is False
     assert setup.devices_in_use(1)[0]["interactive"] is True
@@ -408,12 +498,21 @@ def test_batch_note_counts_worker_processes(settings):
 def test_a_browser_gets_its_setup_back_but_not_values_this_app_does_not_offer():
     import gradio as gr
 
-    fields = {"count": gr.Radio(choices=[1, 2, 3], value=2), "policy": gr.Radio(list(setup.POLICY_CHOICES)),
-              "boxes": gr.CheckboxGroup(choices=["cpu:0"]), "epochs": gr.Number(value=1),
-              "drop": gr.Checkbox(value=False)}
+    fields = {
+        "count": gr.Radio(choices=[1, 2, 3], value=2),
+        "policy": gr.Radio(list(setup.POLICY_CHOICES)),
+        "boxes": gr.CheckboxGroup(choices=["cpu:0"]),
+        "epochs": gr.Number(value=1),
+        "drop": gr.Checkbox(value=False),
+    }
     restore = setup.form_restorer(fields)
     assert restore({"count": 3, "policy": "off", "boxes": ["cpu:0"], "epochs": 7, "drop": True}) == [
-        3, "off", ["cpu:0"], 7, True]
+        3,
+        "off",
+        ["cpu:0"],
+        7,
+        True,
+    ]
     skip = gr.skip()
     assert restore({"count": 9, "policy": "sometimes", "boxes": ["gpu:3"], "epochs": "x"}) == [skip] * 5
     # Edited storage: a bool is not a count or a number, a list not a radio choice, a number not a tick.
@@ -431,11 +530,22 @@ def test_setup_line_names_the_worker_processes():
 
 
 def test_the_checkpoints_line_says_it_shows_the_newest_five_of_more():
-    progress = jobs.Progress(name="r", state="finished", active=False, step=14, total_steps=14, epoch=1,
-                             examples_per_sec=None, eta_seconds=None, message="", log_lines=(),
-                             checkpoints=tuple(f"ckpt-{i}" for i in range(1, 15)))
+    progress = jobs.Progress(
+        name="r",
+        state="finished",
+        active=False,
+        step=14,
+        total_steps=14,
+        epoch=1,
+        examples_per_sec=None,
+        eta_seconds=None,
+        message="",
+        log_lines=(),
+        checkpoints=tuple(f"ckpt-{i}" for i in range(1, 15)),
+    )
     assert "Checkpoints (14, the newest 5 here; all in 3 · Evaluate): ckpt-10, ckpt-11, ckpt-12, ckpt-13, ckpt-14" in (
-        fmt.status_md(progress))
+        fmt.status_md(progress)
+    )
     five = fmt.status_md(jobs.Progress(**{**progress.__dict__, "checkpoints": progress.checkpoints[:5]}))
     assert "Checkpoints: ckpt-1, ckpt-2, ckpt-3, ckpt-4, ckpt-5" in five
     # A progress element, which a screen reader reads as one (a bar of ▓ is read block by block).
@@ -445,8 +555,19 @@ def test_the_checkpoints_line_says_it_shows_the_newest_five_of_more():
 
 def test_the_speed_says_whether_it_is_the_last_loops_or_the_runs_mean():
     # A finished run's speed is its mean (1,905 examples/s), not its last loop's (4,169), which a student would quote.
-    ended = jobs.Progress(name="r", state="finished", active=False, step=14, total_steps=14, epoch=1,
-                          examples_per_sec=1905.2, eta_seconds=None, message="", log_lines=(), checkpoints=())
+    ended = jobs.Progress(
+        name="r",
+        state="finished",
+        active=False,
+        step=14,
+        total_steps=14,
+        epoch=1,
+        examples_per_sec=1905.2,
+        eta_seconds=None,
+        message="",
+        log_lines=(),
+        checkpoints=(),
+    )
     assert "1,905 examples/s (mean)" in fmt.status_md(ended)
     live = jobs.Progress(**{**ended.__dict__, "state": "running", "active": True})
     assert "1,905 examples/s (last loop)" in fmt.status_md(live)
@@ -469,13 +590,16 @@ def test_show_split_refuses_more_fashion_examples_than_exist(settings, planner):
     assert "train examples (70000) must be a whole number from 1 to 60000" in text and text == trained
 
 
-@pytest.mark.parametrize("over,message", [
-    ({"batch": None}, "global batch size is empty"),
-    ({"epochs": None}, "epochs is empty"),
-    ({"lr": None}, "learning rate is empty"),
-    ({"batch": 12.7}, "global batch size (12.7) must be a whole number"),
-    ({"workers": 0}, "worker processes (0) must be a whole number from 1 to 8"),
-])
+@pytest.mark.parametrize(
+    "over,message",
+    [
+        ({"batch": None}, "global batch size is empty"),
+        ({"epochs": None}, "epochs is empty"),
+        ({"lr": None}, "learning rate is empty"),
+        ({"batch": 12.7}, "global batch size (12.7) must be a whole number"),
+        ({"workers": 0}, "worker processes (0) must be a whole number from 1 to 8"),
+    ],
+)
 def test_empty_or_odd_training_fields_are_named_plainly(settings, over, message):
     text, _ = train.start_run(settings, threading.Lock(), "odd", *form(**over))
     assert is_error(text) and message in text and "None" not in text
@@ -514,8 +638,9 @@ def write_run(root, name, state, checkpoints=(), log="", events=()):
 def test_the_loss_plot_marks_the_checkpoints_on_disk_and_redraws_when_one_is_deleted(settings):
     events = [{"step": s, "loss": 1.0} for s in (10, 20, 30)]
     events += [{"event": "checkpoint", "step": s} for s in (10, 20, 30)]
-    run = write_run(settings.runs_root, "kept", "finished", checkpoints=["ckpt-10", "ckpt-20", "ckpt-30"],
-                    events=events)
+    run = write_run(
+        settings.runs_root, "kept", "finished", checkpoints=["ckpt-10", "ckpt-20", "ckpt-30"], events=events
+    )
     marked = lambda fig: [x for x in fig.data[1].x if x is not None][::2]  # noqa: E731  (two ends a line)
     *view, sig = watch.poll_run(settings, "kept", None)
     assert marked(view[1]) == [10, 20, 30]
@@ -527,8 +652,7 @@ def test_the_loss_plot_marks_the_checkpoints_on_disk_and_redraws_when_one_is_del
 def test_with_an_l2_weight_the_epoch_plot_says_which_loss_has_the_penalty(settings):
     # With --l2 0.01 the train loss (3.54, penalty included) and test loss (1.66, none) are
     # labelled as such, or side by side the gap would read as overfitting.
-    epoch = {"epoch": 1, "step": 10, "train_loss": 3.54, "train_accuracy": 0.5, "test_loss": 1.66,
-             "test_accuracy": 0.5}
+    epoch = {"epoch": 1, "step": 10, "train_loss": 3.54, "train_accuracy": 0.5, "test_loss": 1.66, "test_accuracy": 0.5}
     run = write_run(settings.runs_root, "l2", "finished", events=[epoch])
     names = lambda: {t.name for t in watch.run_view(settings, "l2")[2].data}  # noqa: E731
     assert {"train loss", "test loss"} <= names()
@@ -537,8 +661,10 @@ def test_with_an_l2_weight_the_epoch_plot_says_which_loss_has_the_penalty(settin
 
 
 def test_log_lines_keep_events_and_process_output_apart_in_their_own_order(settings):
-    events = [{"event": "start", "step": 0, "message": "training", "time": 1e9},
-              {"event": "stopped", "step": 40, "message": "stop requested", "time": 1e9 + 60}]
+    events = [
+        {"event": "start", "step": 0, "message": "training", "time": 1e9},
+        {"event": "stopped", "step": 40, "message": "stop requested", "time": 1e9 + 60},
+    ]
     log = "\n$ distcore train --run-dir x\nstopped at step 40 of 2814; run directory: x\n"
     write_run(settings.runs_root, "logged", "stopped", events=events, log=log)
     lines = watch.run_view(settings, "logged")[3].splitlines()
@@ -548,8 +674,11 @@ def test_log_lines_keep_events_and_process_output_apart_in_their_own_order(setti
     assert stopped_event < 3 < command < lines.index("stopped at step 40 of 2814; run directory: x")
     # A run the CLI or a library trained has no train.log: not "(none yet)", which reads as output to come.
     (write_run(settings.runs_root, "by-cli", "finished", events=events) / jobs.LOG_FILE).unlink()
-    assert watch.run_view(settings, "by-cli")[3].splitlines()[-1].startswith(
-        "(none: the app keeps the output of the processes it starts; this run's came from the CLI")
+    assert (
+        watch.run_view(settings, "by-cli")[3]
+        .splitlines()[-1]
+        .startswith("(none: the app keeps the output of the processes it starts; this run's came from the CLI")
+    )
     # Started in the app, resumed from the CLI: the box does not end with the app's process's
     # last line, "stopped at step 40", as if that were the end.
     resumed = events + [{"event": "resume", "step": 40, "message": "resumed from ckpt-40", "time": 1e9 + 90}]
@@ -596,7 +725,10 @@ def test_the_evaluate_run_picker_follows_a_new_run_until_the_user_picks_one(sett
 def test_automatic_run_names_started_in_the_same_second_differ(tmp_path, monkeypatch):
     monkeypatch.setattr(runs.time, "strftime", lambda fmt: "run-20261123-210821")
     assert [runs.claim_new_name(tmp_path) for _ in range(3)] == [
-        "run-20261123-210821", "run-20261123-210821-2", "run-20261123-210821-3"]
+        "run-20261123-210821",
+        "run-20261123-210821-2",
+        "run-20261123-210821-3",
+    ]
 
 
 def test_a_run_stopped_before_training_began_says_why_it_cannot_be_resumed(settings):
@@ -604,8 +736,10 @@ def test_a_run_stopped_before_training_began_says_why_it_cannot_be_resumed(setti
     run = settings.runs_root / "early"
     run.mkdir(parents=True)
     (run / "status.json").write_text(json.dumps({"state": "stopped", "message": "stopped before training began"}))
-    message = ("run early was stopped before training began and saved nothing, so there is nothing to "
-               "resume, evaluate or export: start it again under the same name.")
+    message = (
+        "run early was stopped before training began and saved nothing, so there is nothing to "
+        "resume, evaluate or export: start it again under the same name."
+    )
     assert message in train.resume_run(settings, lock, "early", *form(max_steps=None))[0]
     assert message in train.export_run(settings, "early")[1]
 
@@ -664,6 +798,7 @@ def test_whole_number_fields_hand_decimals_over_to_be_refused(tmp_path):
 
 # ---------------------------------------------------------------- runs that ended early, stops, hosting
 
+
 def stopped_before_training(root, name, when=None):
     """A run launched from the app and stopped within a second: job.json and status, no config.json."""
     run = root / name
@@ -692,8 +827,9 @@ def test_a_run_stopped_before_it_began_is_not_pinned_first_and_says_it_never_has
     assert follow.default_run(settings.runs_root) == "later"
     md = evaluate_tab.evaluate(settings, "edge18", None, evaluate_tab.NO_STRATEGY, 2, [])[0]
     assert is_error(md) and "no checkpoints yet" not in md
-    assert ("run edge18 was stopped before training began and saved nothing, so it has no checkpoint "
-            "and never will") in md
+    assert (
+        "run edge18 was stopped before training began and saved nothing, so it has no checkpoint and never will"
+    ) in md
 
 
 def test_a_run_killed_before_it_saved_its_settings_says_so_everywhere(settings):
@@ -706,9 +842,11 @@ def test_a_run_killed_before_it_saved_its_settings_says_so_everywhere(settings):
     status = watch.run_view(settings, "early")[0]
     assert "(killed, or a crash)" in status and "start it again under the same name" in status
     assert "Resume" not in status
-    for text in (train.resume_run(settings, threading.Lock(), "early", *form())[0],
-                 train.load_run_settings(settings, "early")[0],
-                 evaluate_tab.evaluate(settings, "early", None, evaluate_tab.NO_STRATEGY, 2, [])[0]):
+    for text in (
+        train.resume_run(settings, threading.Lock(), "early", *form())[0],
+        train.load_run_settings(settings, "early")[0],
+        evaluate_tab.evaluate(settings, "early", None, evaluate_tab.NO_STRATEGY, 2, [])[0],
+    ):
         assert is_error(text) and said in text and str(settings.runs_root) not in text, text
 
 
@@ -728,57 +866,132 @@ def saved_run(root, name, step, **config):
 def launches(monkeypatch):
     """What resume_run would launch: (name, args, workers) of each start_training call."""
     calls = []
-    monkeypatch.setattr(jobs, "start_training",
-                        lambda root, name, args, resume, workers: calls.append((name, args, workers)) or 4242)
+    monkeypatch.setattr(
+        jobs, "start_training", lambda root, name, args, resume, workers: calls.append((name, args, workers)) or 4242
+    )
     return calls
 
 
 def test_resume_takes_the_setup_forms_resumable_fields_and_refuses_the_others(settings, launches):
-    saved_run(settings.runs_root, "ra", 94, devices=("cpu:0", "cpu:1"), train_examples=6000, test_examples=500,
-              steps_per_loop=5)
+    saved_run(
+        settings.runs_root,
+        "ra",
+        94,
+        devices=("cpu:0", "cpu:1"),
+        train_examples=6000,
+        test_examples=500,
+        steps_per_loop=5,
+    )
     lock = threading.Lock()
-    text, _ = train.resume_run(settings, lock, "ra", *form(count=3, batch=128, model="mlp", epochs=3,
-                                                         train_examples=6000, max_steps=0))
+    text, _ = train.resume_run(
+        settings, lock, "ra", *form(count=3, batch=128, model="mlp", epochs=3, train_examples=6000, max_steps=0)
+    )
     assert is_error(text) and launches == []
-    assert ("Setup differs from run ra in model (the run: cnn, Setup: mlp), global batch size (the run: 64, "
-            "Setup: 128)") in text and "set these back in 1 · Setup &amp; split" in text and "start a new run" in text
-    text, _ = train.resume_run(settings, lock, "ra", *form(count=3, epochs=3, train_examples=6000, max_steps=0,
-                                                         steps_per_loop=10, ckpt_every=30, ckpt_keep=4))
+    assert (
+        ("Setup differs from run ra in model (the run: cnn, Setup: mlp), global batch size (the run: 64, Setup: 128)")
+        in text
+        and "set these back in 1 · Setup &amp; split" in text
+        and "start a new run" in text
+    )
+    text, _ = train.resume_run(
+        settings,
+        lock,
+        "ra",
+        *form(count=3, epochs=3, train_examples=6000, max_steps=0, steps_per_loop=10, ckpt_every=30, ckpt_keep=4),
+    )
     assert "Resuming **ra** from ckpt-94, with epochs 1 → 3, steps per loop 5 → 10" in text
     assert "checkpoints kept 0 (all) → 4" in text
     assert "devices cpu:0,cpu:1 → cpu:0,cpu:1,cpu:2" in text and "282 steps in all" in text
-    assert launches[-1] == ("ra", ["--devices", "cpu:0,cpu:1,cpu:2", "--epochs", "3", "--max-steps", "0",
-                                   "--steps-per-loop", "10", "--checkpoint-every", "30", "--keep-checkpoints", "4"], 1)
+    assert launches[-1] == (
+        "ra",
+        [
+            "--devices",
+            "cpu:0,cpu:1,cpu:2",
+            "--epochs",
+            "3",
+            "--max-steps",
+            "0",
+            "--steps-per-loop",
+            "10",
+            "--checkpoint-every",
+            "30",
+            "--keep-checkpoints",
+            "4",
+        ],
+        1,
+    )
     # Onto 2 worker processes (cluster --resume): one CPU replica each, so no devices are passed.
     train.resume_run(settings, lock, "ra", *form(epochs=3, train_examples=6000, max_steps=0, workers=2))
-    assert launches[-1] == ("ra", ["--epochs", "3", "--max-steps", "0", "--steps-per-loop", "5",
-                                   "--checkpoint-every", "0", "--keep-checkpoints", "0"], 2)
+    assert launches[-1] == (
+        "ra",
+        [
+            "--epochs",
+            "3",
+            "--max-steps",
+            "0",
+            "--steps-per-loop",
+            "5",
+            "--checkpoint-every",
+            "0",
+            "--keep-checkpoints",
+            "0",
+        ],
+        2,
+    )
 
 
 def test_resume_lifts_a_max_steps_limit_and_names_the_limit_that_binds(settings, launches):
-    saved_run(settings.runs_root, "long", 400, devices=("cpu:0", "cpu:1"), train_examples=20000, epochs=2,
-              max_steps=400, test_examples=500, steps_per_loop=5)
+    saved_run(
+        settings.runs_root,
+        "long",
+        400,
+        devices=("cpu:0", "cpu:1"),
+        train_examples=20000,
+        epochs=2,
+        max_steps=400,
+        test_examples=500,
+        steps_per_loop=5,
+    )
     lock = threading.Lock()
     text, _ = train.resume_run(settings, lock, "long", *form(train_examples=20000, epochs=2, max_steps=400))
     assert is_error(text) and launches == []
-    assert ("run long already finished at step 400 of 400: its max steps (400) end there; raise max steps, "
-            "or set them to 0 (no limit), to train more.") in text
+    assert (
+        "run long already finished at step 400 of 400: its max steps (400) end there; raise max steps, "
+        "or set them to 0 (no limit), to train more."
+    ) in text
     for no_limit in (0, None):  # the form's "no limit": 0 or empty
         text, _ = train.resume_run(settings, lock, "long", *form(train_examples=20000, epochs=2, max_steps=no_limit))
         assert "Resuming **long** from ckpt-400, with max steps 400 → no limit; 626 steps in all" in text
         assert launches[-1][1][-8:-2] == ["--max-steps", "0", "--steps-per-loop", "5", "--checkpoint-every", "0"]
     # Epochs bind (3 x 94 = 282 steps), not the raised max steps: the message says epochs.
-    saved_run(settings.runs_root, "ra", 282, devices=("cpu:0", "cpu:1"), train_examples=6000, epochs=3,
-              test_examples=500, steps_per_loop=5)
+    saved_run(
+        settings.runs_root,
+        "ra",
+        282,
+        devices=("cpu:0", "cpu:1"),
+        train_examples=6000,
+        epochs=3,
+        test_examples=500,
+        steps_per_loop=5,
+    )
     text, _ = train.resume_run(settings, lock, "ra", *form(train_examples=6000, epochs=3, max_steps=500))
     assert "run ra already finished at step 282 of 282: its 3 epochs end there; raise epochs to train more." in text
 
 
 def test_resume_of_a_stopped_cluster_still_exiting_says_to_wait(settings, launches):
-    run = saved_run(settings.runs_root, "pair", 12, devices=("cpu:0",), workers=2, train_examples=6000,
-                    test_examples=500, steps_per_loop=5)
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", "cluster",
-                             "--run-dir", str(run)])
+    run = saved_run(
+        settings.runs_root,
+        "pair",
+        12,
+        devices=("cpu:0",),
+        workers=2,
+        train_examples=6000,
+        test_examples=500,
+        steps_per_loop=5,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", "cluster", "--run-dir", str(run)]
+    )
     try:
         assert wait_for(lambda: "cluster" in jobs.pid_cmdline(proc.pid), timeout=10)
         (run / jobs.JOB_FILE).write_text(json.dumps({"pid": proc.pid}))
@@ -799,14 +1012,27 @@ def test_resume_of_a_stopped_cluster_still_exiting_says_to_wait(settings, launch
 def test_a_stop_before_a_resumed_run_trains_keeps_its_checkpoint(settings):
     run = saved_run(settings.runs_root, "back", 140, devices=("cpu:0",), train_examples=6000, test_examples=500)
     # A stand-in for `train --resume` still setting up: its status says "starting", as the trainer's does.
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", "train",
-                             "--run-dir", str(run), "--resume"])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(60)",
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run),
+            "--resume",
+        ]
+    )
     try:
         assert wait_for(lambda: "train" in jobs.pid_cmdline(proc.pid), timeout=10)
         (run / jobs.JOB_FILE).write_text(json.dumps({"pid": proc.pid, "resume": True}))
         (run / "status.json").write_text(json.dumps({"state": "starting", "pid": proc.pid, "step": 140}))
-        assert train.stop_run(settings, "back") == ("Stopping **back**: it has not resumed training yet, so it exits "
-                                                  "at step 140, where it resumed from; its checkpoint ckpt-140 stays.")
+        assert train.stop_run(settings, "back") == (
+            "Stopping **back**: it has not resumed training yet, so it exits "
+            "at step 140, where it resumed from; its checkpoint ckpt-140 stays."
+        )
         assert proc.wait(timeout=10) != 0  # it was signalled
     finally:
         proc.kill()
@@ -824,7 +1050,8 @@ def test_a_dead_run_is_labelled_died_as_its_status_line_says(settings):
 def test_wording_stop_point_replica_counts_and_worker_notes(settings):
     assert explain.stop_point({"steps_per_loop": 20, "workers": 2}) == (
         "it stops once its workers agree, at the end of this loop or at most one loop later (steps per loop: "
-        "20 steps; a process's first loop is its first step), saves a checkpoint and exits.")
+        "20 steps; a process's first loop is its first step), saves a checkpoint and exits."
+    )
     assert "Per-replica batch: **64** (64 / 1 replica)" in setup.batch_note(settings, 64, 1, [])
     # The explanation after the arithmetic, not spliced into it.
     assert "(1 / 2 replicas = 0.5: one CPU replica per worker process)" in setup.batch_note(settings, 1, 2, [], 2)
@@ -838,9 +1065,25 @@ def test_wording_stop_point_replica_counts_and_worker_notes(settings):
 
 
 def test_a_runs_settings_fill_in_the_form_and_resume_with_them(settings, launches):
-    saved_run(settings.runs_root, "src", 94, devices=("cpu:0", "cpu:1", "cpu:2"), global_batch=96, model="mlp",
-              optimizer="sgd", learning_rate=0.05, seed=7, train_examples=6000, test_examples=500,
-              steps_per_loop=5, checkpoint_every=30, policy="data", drop_remainder=True, l2=0.001, keep_checkpoints=3)
+    saved_run(
+        settings.runs_root,
+        "src",
+        94,
+        devices=("cpu:0", "cpu:1", "cpu:2"),
+        global_batch=96,
+        model="mlp",
+        optimizer="sgd",
+        learning_rate=0.05,
+        seed=7,
+        train_examples=6000,
+        test_examples=500,
+        steps_per_loop=5,
+        checkpoint_every=30,
+        policy="data",
+        drop_remainder=True,
+        l2=0.001,
+        keep_checkpoints=3,
+    )
     message, *values = train.load_run_settings(settings, "src")
     assert values == [3, gr.skip(), 96, "data", "dataset", "mlp", "sgd", 0.05, 1, 0, 5, 30, 7, 6000, 500, True, 1, 3]
     assert "now holds run **src**'s settings" in message and "L2 weight (0.001)" in message
@@ -851,8 +1094,9 @@ def test_a_runs_settings_fill_in_the_form_and_resume_with_them(settings, launche
     saved_run(settings.runs_root, "gpus", 10, devices=("gpu:0", "gpu:1"))
     message, count, boxes, *_ = train.load_run_settings(settings, "gpus")
     assert (count, boxes) == (gr.skip(), gr.skip()) and "devices (gpu:0,gpu:1) are not offered here" in message
-    on_gpus = appsettings.make_settings(settings.runs_root, max_jobs=1,
-                                        devices_info={**CPU_ONLY, "gpus": ["gpu:0", "gpu:1"]})
+    on_gpus = appsettings.make_settings(
+        settings.runs_root, max_jobs=1, devices_info={**CPU_ONLY, "gpus": ["gpu:0", "gpu:1"]}
+    )
     assert list(train.load_run_settings(on_gpus, "gpus")[1:3]) == [gr.skip(), ["gpu:0", "gpu:1"]]
     # A run with no config.json yet, and no run at all: a message, and the form stays.
     stopped_before_training(settings.runs_root, "early")
@@ -906,9 +1150,11 @@ def test_a_run_folder_under_a_name_the_app_does_not_take_is_named_not_passed_ove
     assert watch.on_load(settings)[0]["info"] == watch.run_dropdown(settings)["info"]  # (a page opened)
     update = watch.run_dropdown(settings)
     assert [name for _, name in update["choices"]] == ["kept"]
-    assert update["info"] == ("Not listed: 'my run (copy)' in the runs folder. Run names take 1-100 ASCII letters, "
-                              "digits, '_', '.' or '-', starting with a letter or digit: rename the folder, then "
-                              "↻ Refresh runs.")
+    assert update["info"] == (
+        "Not listed: 'my run (copy)' in the runs folder. Run names take 1-100 ASCII letters, "
+        "digits, '_', '.' or '-', starting with a letter or digit: rename the folder, then "
+        "↻ Refresh runs."
+    )
     (settings.runs_root / "my run (copy)").rename(settings.runs_root / "my-run-copy")
     update = watch.run_dropdown(settings)
     assert sorted(name for _, name in update["choices"]) == ["kept", "my-run-copy"] and update["info"] == ""
@@ -937,10 +1183,14 @@ def test_no_writable_temporary_folder_is_one_plain_error(monkeypatch):
 
     def none_usable():
         raise FileNotFoundError("No usable temporary directory found in ['/tmp', '/var/tmp']")
+
     monkeypatch.delenv("GRADIO_TEMP_DIR", raising=False)
     monkeypatch.setattr(tempfile, "gettempdir", none_usable)
-    with pytest.raises(DistcoreError, match=r"found in \['/tmp', '/var/tmp'\]\. Gradio keeps its files in a "
-                                                r"temporary folder: set TMPDIR"):
+    with pytest.raises(
+        DistcoreError,
+        match=r"found in \['/tmp', '/var/tmp'\]\. Gradio keeps its files in a "
+        r"temporary folder: set TMPDIR",
+    ):
         hosting.gradio_temp_dir()
 
 
@@ -973,11 +1223,15 @@ def test_a_start_or_resume_notes_the_run_as_this_pages(settings):
 
     def refused(*args):
         return "<div class='dc-error'>no</div>", gr.skip()
+
     (settings.runs_root / "r").mkdir()
     (settings.runs_root / "r" / jobs.JOB_FILE).write_text('{"pid": 4321}')  # as the launch writes it
     assert train.claiming(settings, started)([["a", 1]], "x")[-1] == [["a", 1], ["r", 4321]]
     assert train.claiming(settings, refused)([["a", 1]], "x") == (
-        "<div class='dc-error'>no</div>", gr.skip(), [["a", 1]])
+        "<div class='dc-error'>no</div>",
+        gr.skip(),
+        [["a", 1]],
+    )
 
 
 def test_evaluate_names_a_checkpoint_pruned_since_it_was_picked(settings):
@@ -986,12 +1240,20 @@ def test_evaluate_names_a_checkpoint_pruned_since_it_was_picked(settings):
     run = saved_run(settings.runs_root, "own2", 2200, devices=("cpu:0",), keep_checkpoints=2)
     (run / "checkpoints" / "ckpt-2000.index").write_text("")
     md = evaluate_tab.evaluate(settings, "own2", "ckpt-1800", evaluate_tab.NO_STRATEGY, 2, [])[0]
-    assert is_error(md) and ("run own2 has no checkpoint ckpt-1800; it has: ckpt-2000, ckpt-2200. It keeps its "
-                             "newest 2 (checkpoints kept: --keep-checkpoints) and deletes older ones") in md
+    assert (
+        is_error(md)
+        and (
+            "run own2 has no checkpoint ckpt-1800; it has: ckpt-2000, ckpt-2200. It keeps its "
+            "newest 2 (checkpoints kept: --keep-checkpoints) and deletes older ones"
+        )
+        in md
+    )
     for step in range(1, 8):
         (run / "checkpoints" / f"ckpt-{step}.index").write_text("")
-    assert "it has: ckpt-5, ckpt-6, ckpt-7, ckpt-2000, ckpt-2200 (and 4 older)." in evaluate_tab.evaluate(
-        settings, "own2", "ckpt-9", evaluate_tab.NO_STRATEGY, 2, [])[0]
+    assert (
+        "it has: ckpt-5, ckpt-6, ckpt-7, ckpt-2000, ckpt-2200 (and 4 older)."
+        in evaluate_tab.evaluate(settings, "own2", "ckpt-9", evaluate_tab.NO_STRATEGY, 2, [])[0]
+    )
 
 
 @pytest.mark.slow
@@ -999,36 +1261,63 @@ def test_evaluate_takes_the_newest_when_a_run_still_training_deleted_the_one_pic
     # With Checkpoints kept 1-3, the picker's checkpoint (it follows the newest) can be deleted by
     # the training run before the evaluation has loaded: it reads the newer one, not "has no checkpoint".
     run_dir = settings.runs_root / "live"
-    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas", "2",
-                    "--train-examples", "640", "--test-examples", "200", "--steps-per-loop", "5",
-                    "--checkpoint-every", "5", "--keep-checkpoints", "1"], cwd=REPO, check=True, timeout=300,
-                   capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run_dir),
+            "--replicas",
+            "2",
+            "--train-examples",
+            "640",
+            "--test-examples",
+            "200",
+            "--steps-per-loop",
+            "5",
+            "--checkpoint-every",
+            "5",
+            "--keep-checkpoints",
+            "1",
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     assert runs.list_checkpoints(run_dir) == ["ckpt-10"]
     md = evaluate_tab.evaluate(settings, "live", "ckpt-5", evaluate_tab.NO_STRATEGY, 2, [])[0]
     assert is_error(md) and "has no checkpoint ckpt-5" in md  # a run that has ended: the one asked for, or nothing
     monkeypatch.setattr(jobs, "is_active", lambda run: run == run_dir)  # as if it trained on
     md = evaluate_tab.evaluate(settings, "live", "ckpt-5", evaluate_tab.NO_STRATEGY, 2, [])[0]
     assert md.startswith("### Accuracy ") and "ckpt-10 (step 10) of **live**" in md, md
-    assert ("Note: ckpt-5 was deleted by the run, which is still training and keeps only its newest checkpoints; "
-            "this is the newest, ckpt-10.") in md
+    assert (
+        "Note: ckpt-5 was deleted by the run, which is still training and keeps only its newest checkpoints; "
+        "this is the newest, ckpt-10."
+    ) in md
 
 
 @pytest.mark.parametrize("fixed", [False, True], ids=["glibc's default", "the app's"])
 def test_the_app_keeps_large_blocks_off_the_heap(fixed):
     # The app does not grow by about 9 MB a visit: glibc raises its mmap threshold as large blocks
     # are freed, and later ones stay in the worker threads' heaps (hosting.keep_large_blocks_off_the_heap).
-    script = "\n".join([
-        "import ctypes, sys, numpy as np",
-        "sys.path.insert(0, '.')",
-        "from webapp import hosting; hosting.keep_large_blocks_off_the_heap()" if fixed else "",
-        "libc = ctypes.CDLL('libc.so.6')",
-        "class Info(ctypes.Structure):",
-        "    _fields_ = [(n, ctypes.c_size_t) for n in ('arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks',"
-        "                                              'fsmblks', 'uordblks', 'fordblks', 'keepcost')]",
-        "libc.mallinfo2.restype = Info",
-        "big = np.ones(4 << 20, np.uint8); del big",  # freed: glibc's own threshold rises to 4 MiB
-        "before = libc.mallinfo2().hblkhd; block = np.ones(1 << 20, np.uint8)",
-        "print(libc.mallinfo2().hblkhd - before)"])
+    script = "\n".join(
+        [
+            "import ctypes, sys, numpy as np",
+            "sys.path.insert(0, '.')",
+            "from webapp import hosting; hosting.keep_large_blocks_off_the_heap()" if fixed else "",
+            "libc = ctypes.CDLL('libc.so.6')",
+            "class Info(ctypes.Structure):",
+            "    _fields_ = [(n, ctypes.c_size_t) for n in ('arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks',"
+            "                                              'fsmblks', 'uordblks', 'fordblks', 'keepcost')]",
+            "libc.mallinfo2.restype = Info",
+            "big = np.ones(4 << 20, np.uint8); del big",  # freed: glibc's own threshold rises to 4 MiB
+            "before = libc.mallinfo2().hblkhd; block = np.ones(1 << 20, np.uint8)",
+            "print(libc.mallinfo2().hblkhd - before)",
+        ]
+    )
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     if "undefined symbol: mallinfo2" in result.stderr or "cannot open shared object" in result.stderr:
         pytest.skip("needs glibc 2.33 or later")

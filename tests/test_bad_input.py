@@ -19,8 +19,10 @@ CASES = [
     *[("split", "--examples", "16", "--global-batch", "4", "--replicas", v) for v in BAD_NUMBERS],
     *[("split", "--examples", "16", "--global-batch", "4", "--files", v) for v in ("-1", "x", "999", "nan")],
     *[("split", "--examples", "16", "--global-batch", "4", "--workers", v) for v in ("0", "x", "99")],
-    *[("split", "--examples", "16", "--global-batch", "4", "--devices", v)
-      for v in ("", ",", "cpu:0,cpu:0", "tpu:0", "gpu:5", "cpu:99", "cpu:-1", "../cpu:0")],
+    *[
+        ("split", "--examples", "16", "--global-batch", "4", "--devices", v)
+        for v in ("", ",", "cpu:0,cpu:0", "tpu:0", "gpu:5", "cpu:99", "cpu:-1", "../cpu:0")
+    ],
     ("split", "--examples", "4", "--global-batch", "8"),  # a batch larger than the data
     ("split", "--examples", "100000", "--global-batch", "1"),  # absurdly long plan
     *[("loss-check", "--global-batch", v) for v in BAD_NUMBERS],
@@ -29,11 +31,18 @@ CASES = [
     *[("cluster", "--run-dir", "/tmp/never", "--workers", v) for v in ("1", "0", "x", "99")],
 ]
 TRAIN_FLAGS = {
-    "--global-batch": BAD_NUMBERS + ["70000"], "--epochs": BAD_NUMBERS, "--max-steps": ["-1", "x", "nan"],
-    "--seed": ["-1", "x", "nan", "99999999999"], "--steps-per-loop": BAD_NUMBERS,
-    "--checkpoint-every": ["-5", "x", "nan"], "--learning-rate": ["0", "-1", "nan", "inf", "x", "1e9"],
-    "--l2": ["-1", "nan", "inf", "x", "2"], "--train-examples": BAD_NUMBERS + ["70000"],
-    "--test-examples": BAD_NUMBERS + ["20000"], "--replicas": BAD_NUMBERS, "--devices": ["", "cpu:0,cpu:0"],
+    "--global-batch": BAD_NUMBERS + ["70000"],
+    "--epochs": BAD_NUMBERS,
+    "--max-steps": ["-1", "x", "nan"],
+    "--seed": ["-1", "x", "nan", "99999999999"],
+    "--steps-per-loop": BAD_NUMBERS,
+    "--checkpoint-every": ["-5", "x", "nan"],
+    "--learning-rate": ["0", "-1", "nan", "inf", "x", "1e9"],
+    "--l2": ["-1", "nan", "inf", "x", "2"],
+    "--train-examples": BAD_NUMBERS + ["70000"],
+    "--test-examples": BAD_NUMBERS + ["20000"],
+    "--replicas": BAD_NUMBERS,
+    "--devices": ["", "cpu:0,cpu:0"],
 }
 CASES += [("train", "--run-dir", "RUN", flag, value) for flag, values in TRAIN_FLAGS.items() for value in values]
 
@@ -50,8 +59,9 @@ def test_bad_value_is_refused_with_a_message(capsys, tmp_path, argv):
 
 
 def test_missing_data_folder_is_a_clear_error(capsys, tmp_path):
-    code, _, err = run(capsys, "train", "--run-dir", str(tmp_path / "r"), "--data-dir", str(tmp_path / "none"),
-                       "--max-steps", "1")
+    code, _, err = run(
+        capsys, "train", "--run-dir", str(tmp_path / "r"), "--data-dir", str(tmp_path / "none"), "--max-steps", "1"
+    )
     assert code == 2 and "apt-get install dataset-fashion-mnist" in err
 
 

@@ -4,6 +4,7 @@ Choose two devices, show a split, start a short training, watch the loss plot
 gain points, stop it, evaluate the checkpoint and read its accuracy.
 Screenshots go to tmp_path and /tmp/distcore-screens/.
 """
+
 import json
 import os
 import re
@@ -20,8 +21,13 @@ from playwright.sync_api import expect, sync_playwright
 
 REPO = Path(__file__).resolve().parent.parent
 SCREENS = Path("/tmp/distcore-screens")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def free_port() -> int:
@@ -45,12 +51,18 @@ def wait_http(url: str, proc, timeout: float = 120) -> None:
 @pytest.fixture
 def server(tmp_path):
     port = free_port()
-    env = {**os.environ, "DISTCORE_RUNS_DIR": str(tmp_path / "runs"), "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_ANALYTICS_ENABLED": "False", "DISTCORE_MAX_JOBS": "1"}
+    env = {
+        **os.environ,
+        "DISTCORE_RUNS_DIR": str(tmp_path / "runs"),
+        "GRADIO_SERVER_PORT": str(port),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "DISTCORE_MAX_JOBS": "1",
+    }
     env.pop("GRADIO_SERVER_NAME", None)  # the local default: 127.0.0.1
     log = open(tmp_path / "app.log", "wb")
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "app.py"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/", proc)
         yield f"http://127.0.0.1:{port}/"
@@ -112,8 +124,7 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     expect(page.get_by_label("Steps per loop", exact=True)).to_have_value("5")
 
     page.get_by_role("button", name="Show split").click()
-    expect(page.get_by_text("150 examples → 3 global batches of 64 on 2 replicas")).to_be_visible(
-        timeout=120_000)
+    expect(page.get_by_text("150 examples → 3 global batches of 64 on 2 replicas")).to_be_visible(timeout=120_000)
     expect(page.locator("#dc-split").get_by_text("step 3 (partial 22/64)")).to_be_visible()  # (the table has it too)
     shot(page, tmp_path, "1-split")
     # 8 replicas: a phone has no room for the ids in the cells (they ran into each other), so
@@ -121,7 +132,10 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     devices.get_by_text("8", exact=True).click()
     page.get_by_role("button", name="Show split").click()
     expect(page.get_by_text("150 examples → 3 global batches of 64 on 8 replicas")).to_be_visible(timeout=60_000)
-    shown = "() => [...document.querySelectorAll('#dc-split .heatmap-label')].filter(e => getComputedStyle(e).display !== 'none').length"
+    shown = (
+        "() => [...document.querySelectorAll('#dc-split .heatmap-label')]"
+        ".filter(e => getComputedStyle(e).display !== 'none').length"
+    )
     assert page.evaluate(shown) == 24
     page.set_viewport_size({"width": 390, "height": 1000})
     page.wait_for_timeout(500)
@@ -130,16 +144,24 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     # labels stay clear of the title.
     assert page.evaluate("""() => [...document.querySelectorAll('#dc-split .xtick tspan')]
         .filter(e => getComputedStyle(e).display !== 'none').map(e => e.textContent)""") == [
-        f"replica {r}" for r in range(8)]
-    assert page.evaluate("""() => {
+        f"replica {r}" for r in range(8)
+    ]
+    assert (
+        page.evaluate("""() => {
         const title = document.querySelector('#dc-split .gtitle').getBoundingClientRect();
         return [...document.querySelectorAll('#dc-split .xtick text')].map(e => e.getBoundingClientRect())
-            .filter(b => b.top < title.bottom && b.left < title.right && b.right > title.left).length; }""") == 0
+            .filter(b => b.top < title.bottom && b.left < title.right && b.right > title.left).length; }""")
+        == 0
+    )
     # Nor does the toolbar a touch shows at the top (it covered the title on a phone).
-    assert page.evaluate("""() => {
+    assert (
+        page.evaluate("""() => {
         const title = document.querySelector('#dc-split .gtitle').getBoundingClientRect();
         const bar = document.querySelector('#dc-split .modebar').getBoundingClientRect();
-        return bar.top < title.bottom && bar.bottom > title.top && bar.left < title.right && bar.right > title.left; }""") is False
+        return bar.top < title.bottom && bar.bottom > title.top
+            && bar.left < title.right && bar.right > title.left; }""")
+        is False
+    )
     page.set_viewport_size({"width": 1280, "height": 1000})
     devices.get_by_text("2", exact=True).click()
 
@@ -164,6 +186,7 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     def nodes():
         cdp.send("HeapProfiler.collectGarbage")
         return next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "Nodes")
+
     before, updated = nodes(), loss_points(page)
     page.wait_for_timeout(10_000)
     assert loss_points(page) > updated and nodes() - before < 500, (before, nodes())
@@ -174,8 +197,7 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     other = page.context.browser.new_page(viewport={"width": 1280, "height": 1000})
     other.goto(server)
     other.get_by_role("tab", name="2 · Train").click()
-    expect(other.get_by_text(re.compile(r"browser-run · running · step \d+"))).to_be_visible(
-        timeout=30_000)
+    expect(other.get_by_text(re.compile(r"browser-run · running · step \d+"))).to_be_visible(timeout=30_000)
     expect(other.get_by_role("combobox", name="Run to follow")).to_have_value("browser-run (running)")
     # It did not start the run: one click on Stop does not stop it (another user's, perhaps).
     other.get_by_role("button", name="Stop training").click()
@@ -227,8 +249,9 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     page.get_by_role("tab", name="2 · Train").click()
     page.set_viewport_size({"width": 390, "height": 1000})
     page.wait_for_timeout(500)
-    assert page.evaluate("() => { const t = document.querySelector('#dc-logs textarea'); "
-                         "return t.scrollHeight <= t.clientHeight + 2; }")
+    assert page.evaluate(
+        "() => { const t = document.querySelector('#dc-logs textarea'); return t.scrollHeight <= t.clientHeight + 2; }"
+    )
     page.set_viewport_size({"width": 1280, "height": 1000})
 
 
@@ -237,8 +260,13 @@ def test_a_runs_settings_fill_in_setup_and_outlive_a_reload(server, page, tmp_pa
 
     run = tmp_path / "runs" / "saved"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps(TrainConfig(devices=("cpu:0", "cpu:1", "cpu:2"), global_batch=96,
-                                                 epochs=2, train_examples=6000, seed=7).to_dict()))
+    (run / "config.json").write_text(
+        json.dumps(
+            TrainConfig(
+                devices=("cpu:0", "cpu:1", "cpu:2"), global_batch=96, epochs=2, train_examples=6000, seed=7
+            ).to_dict()
+        )
+    )
     page.goto(server)
     page.get_by_role("tab", name="2 · Train").click()
     expect(page.get_by_role("combobox", name="Run to follow")).to_have_value(re.compile("^saved "), timeout=30_000)
@@ -300,8 +328,9 @@ def test_errors_read_in_dark_mode_and_answers_are_announced(server, page):
     assert contrast >= 4.5, contrast
     page.get_by_role("tab", name="2 · Train").click()
     expect(page.locator(".dc-live").first).to_have_attribute("aria-live", "polite", timeout=30_000)
-    assert page.evaluate("() => [...document.querySelectorAll('.dc-live')]"
-                         ".every(e => e.getAttribute('role') === 'status')")
+    assert page.evaluate(
+        "() => [...document.querySelectorAll('.dc-live')].every(e => e.getAttribute('role') === 'status')"
+    )
     # The log box takes focus (to scroll its lines by keyboard) and no typing.
     logs = page.locator("#dc-logs textarea")
     logs.focus()

@@ -16,8 +16,9 @@ def logged(run_dir, name):
 
 
 # On 5 replicas the last test batch of 16 comes as 4+4+4+4+0: an empty replica.
-@pytest.mark.parametrize("device_names", [None, cpus(1), cpus(3), cpus(5)],
-                         ids=["no-strategy", "1-replica", "3-replicas", "5-replicas"])
+@pytest.mark.parametrize(
+    "device_names", [None, cpus(1), cpus(3), cpus(5)], ids=["no-strategy", "1-replica", "3-replicas", "5-replicas"]
+)
 def test_evaluation_matches_the_logged_test_accuracy(trained_run, device_names):
     run_dir, _ = trained_run
     result = checkpoints.evaluate(run_dir, "ckpt-800", device_names)
@@ -103,9 +104,12 @@ def test_damaged_files_are_called_damaged_and_the_fallback_note_reads_as_one_sen
         data_file.write_bytes(data_file.read_bytes()[:100])
     notes = []
     assert saver.restore_latest(notes.append) == "ckpt-1"
-    assert re.fullmatch(r"restored ckpt-1, the newest intact checkpoint; skipped ckpt-3: checkpoint ckpt-3's "
-                        r"files are damaged or incomplete \(.+\); ckpt-2: checkpoint ckpt-2's files are damaged "
-                        r"or incomplete \(.+\)\.", notes[0])
+    assert re.fullmatch(
+        r"restored ckpt-1, the newest intact checkpoint; skipped ckpt-3: checkpoint ckpt-3's "
+        r"files are damaged or incomplete \(.+\); ckpt-2: checkpoint ckpt-2's files are damaged "
+        r"or incomplete \(.+\)\.",
+        notes[0],
+    )
     assert ".;" not in notes[0] and "into this model" not in notes[0]
 
 
@@ -115,8 +119,11 @@ def test_every_worker_knows_it_resumed_from_the_chiefs_checkpoint(tmp_path):
     # own, found no checkpoint of the step it had resumed from, and alone tested and saved it.
     chief = checkpoints.Saver(tf.train.Checkpoint(v=tf.Variable(1.0)), tmp_path / "run" / "checkpoints")
     chief.save(10)
-    worker = checkpoints.Saver(tf.train.Checkpoint(v=tf.Variable(0.0)), tmp_path / "worker-1" / "checkpoints",
-                               read_folder=tmp_path / "run" / "checkpoints")
+    worker = checkpoints.Saver(
+        tf.train.Checkpoint(v=tf.Variable(0.0)),
+        tmp_path / "worker-1" / "checkpoints",
+        read_folder=tmp_path / "run" / "checkpoints",
+    )
     assert worker.restore_latest() == "ckpt-10"
     assert worker.has(10) and not worker.has(20)
     worker.save(20)
@@ -148,6 +155,7 @@ def test_a_checkpoint_pruned_while_it_is_read_is_said_so_and_the_newest_is_read_
     # deleted between verify() and restore() as the run saves a newer one; the list is read again,
     # not "cannot be restored into this model" (8 times of 14).
     import shutil
+
     run_dir = tmp_path / "r"
     shutil.copytree(tiny_run, run_dir)
     folder = run_dir / "checkpoints"

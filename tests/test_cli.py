@@ -18,8 +18,15 @@ SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
 
 def cli(*args, check=False, timeout=300, tmpdir=None):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **({"TMPDIR": str(tmpdir)} if tmpdir else {})}
-    return subprocess.run([sys.executable, "-m", "distcore", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, check=check, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "distcore", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+        env=env,
+    )
 
 
 def test_help_for_every_subcommand():
@@ -42,11 +49,21 @@ def test_user_errors_exit_2_with_a_message_and_json():
     assert "Traceback" not in result.stderr
     # Refused with a message: -1 would abort with TensorFlow's C++ stack trace (134), "abc" be taken in silence.
     for value in ("-1", "abc"):
-        result = subprocess.run([sys.executable, "-m", "distcore", "devices"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=120, env={**os.environ, "TF_NUM_INTRAOP_THREADS": value})
-        assert (result.returncode, result.stderr.strip()) == (2, (
-            f"error: TF_NUM_INTRAOP_THREADS='{value}' is not a number of threads: give a whole number "
-            "(0: TensorFlow's default), or unset it."))
+        result = subprocess.run(
+            [sys.executable, "-m", "distcore", "devices"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "TF_NUM_INTRAOP_THREADS": value},
+        )
+        assert (result.returncode, result.stderr.strip()) == (
+            2,
+            (
+                f"error: TF_NUM_INTRAOP_THREADS='{value}' is not a number of threads: give a whole number "
+                "(0: TensorFlow's default), or unset it."
+            ),
+        )
 
 
 def test_replicas_are_refused_with_workers_and_the_message_says_what_to_use():
@@ -55,23 +72,42 @@ def test_replicas_are_refused_with_workers_and_the_message_says_what_to_use():
     assert result.stderr.strip().splitlines()[-1] == (
         "error: --replicas 4 does not apply with --workers 2: each worker process has its own devices "
         "(MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop --replicas; "
-        "for 4 replicas on CPU use --workers 4.")
+        "for 4 replicas on CPU use --workers 4."
+    )
     # A worker refused before it connects says its peers wait for it, as every other such refusal does.
     result = cli("train", "--multi-worker", "--run-dir", "/tmp/x", "--devices", "cpu:0,cpu:1")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: --devices cpu:0,cpu:1 does not apply with --multi-worker: each worker process has its own "
         "devices (MultiWorkerMirroredStrategy gives a CPU-only worker exactly one replica). Drop --devices; "
-        f"on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs. {cluster.PEERS_WAIT}")
+        f"on GPUs, `cluster --replicas-per-worker R` gives each local worker R GPUs. {cluster.PEERS_WAIT}"
+    )
     result = cli("train", "--multi-worker", "--run-dir", "/tmp/x", "--replicas", "4")
     assert result.returncode == 2 and result.stderr.strip().endswith(f"R GPUs. {cluster.PEERS_WAIT}")
 
 
 def start_train(run_dir, stdout=subprocess.PIPE):
-    args = ["train", "--run-dir", str(run_dir), "--replicas", "2", "--train-examples", "6400",
-            "--test-examples", "500", "--epochs", "3", "--steps-per-loop", "5", "--seed", "2", "--json"]
-    return subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=stdout,
-                            stderr=subprocess.PIPE, text=True)
+    args = [
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--replicas",
+        "2",
+        "--train-examples",
+        "6400",
+        "--test-examples",
+        "500",
+        "--epochs",
+        "3",
+        "--steps-per-loop",
+        "5",
+        "--seed",
+        "2",
+        "--json",
+    ]
+    return subprocess.Popen(
+        [sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True
+    )
 
 
 def assert_stopped_with_a_checkpoint(run_dir):
@@ -115,8 +151,14 @@ def test_a_split_whose_reader_left_exits_as_the_shell_reports_a_broken_pipe():
     read_end, write_end = os.pipe()
     os.close(read_end)  # a reader that left before the first line
     try:
-        proc = subprocess.run([sys.executable, "-m", "distcore", "split", "--examples", "8", "--global-batch", "4"],
-                              cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "distcore", "split", "--examples", "8", "--global-batch", "4"],
+            cwd=ROOT,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
     finally:
         os.close(write_end)
     assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in proc.stderr, proc.stderr[-2000:]
@@ -129,10 +171,30 @@ def test_a_cluster_whose_reader_left_exits_as_the_shell_reports_a_broken_pipe(tm
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        proc = subprocess.run([sys.executable, "-m", "distcore", "cluster", "--workers", "2", "--run-dir",
-                               str(tmp_path / "run"), "--train-examples", "3000", "--test-examples", "200",
-                               "--steps-per-loop", "5", "--json"],
-                              cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "distcore",
+                "cluster",
+                "--workers",
+                "2",
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--train-examples",
+                "3000",
+                "--test-examples",
+                "200",
+                "--steps-per-loop",
+                "5",
+                "--json",
+            ],
+            cwd=ROOT,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
     finally:
         os.close(write_end)
     assert proc.returncode == 128 + signal.SIGPIPE, proc.stderr[-2000:]
@@ -149,10 +211,32 @@ def test_devices_json():
 def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes(tmp_path):
     run_dir, scratch = tmp_path / "run", tmp_path / "tmp"
     scratch.mkdir()
-    args = ["train", "--run-dir", str(run_dir), "--replicas", "2", "--train-examples", "6400",
-            "--test-examples", "500", "--epochs", "3", "--steps-per-loop", "5", "--seed", "2", "--json"]
-    proc = subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env={**os.environ, "TMPDIR": str(scratch)})
+    args = [
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--replicas",
+        "2",
+        "--train-examples",
+        "6400",
+        "--test-examples",
+        "500",
+        "--epochs",
+        "3",
+        "--steps-per-loop",
+        "5",
+        "--seed",
+        "2",
+        "--json",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distcore", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     records = []
     for line in proc.stdout:  # wait for real progress, then ask it to stop
         records.append(json.loads(line))
@@ -176,8 +260,9 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_then_resume_finishes
     assert [r["step"] for r in lines if "loss" in r][0] == stopped["step"] + 1
     assert runs.read_status(run_dir)["state"] == "finished" and runs.read_status(run_dir)["step"] == 300
 
-    evaluated = json.loads(cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json", check=True,
-                               tmpdir=scratch).stdout)
+    evaluated = json.loads(
+        cli("evaluate", "--run-dir", str(run_dir), "--no-strategy", "--json", check=True, tmpdir=scratch).stdout
+    )
     final = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-300"][0]
     # Trained and tested on 2 replicas (32 each), evaluated with no strategy (64): a prediction whose top two
     # logits tie to within float32 rounding may go either way, one of the 500 (+0.5 for the quotients).
@@ -212,8 +297,10 @@ def test_a_resume_with_nothing_left_to_train_is_refused_before_any_process_start
         assert result.stderr.strip().splitlines()[-1] == "error: " + message
     result = cli("train", "--run-dir", str(finished_run), "--resume", "--epochs", "1", "--max-steps", "5")
     assert result.returncode == 2
-    assert ("error: cannot resume done with epochs 1 and max steps 5: that makes 5 steps, and the run has "
-            "already trained 10 (ckpt-10).") in result.stderr
+    assert (
+        "error: cannot resume done with epochs 1 and max steps 5: that makes 5 steps, and the run has "
+        "already trained 10 (ckpt-10)."
+    ) in result.stderr
     assert run_files(finished_run) == before  # still finished, config.json untouched
     # Refused for its devices, which only TensorFlow can check: the run is not marked "failed".
     result = cli("train", "--run-dir", str(finished_run), "--resume", "--epochs", "2", "--replicas", "17")
@@ -233,8 +320,13 @@ def test_a_resume_interrupted_before_training_leaves_the_run_as_it_was(finished_
     run_dir = tmp_path / "copy"
     shutil.copytree(finished_run, run_dir)
     before = run_files(run_dir)
-    proc = subprocess.Popen([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--resume",
-                             "--epochs", "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--resume", "--epochs", "2"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while (runs.read_status(run_dir) or {}).get("pid") != proc.pid and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -256,11 +348,13 @@ def test_a_resume_with_max_steps_0_lifts_the_limit_and_a_refusal_names_the_limit
     result = cli("train", "--run-dir", str(run_dir), "--resume")  # no --max-steps: the saved limit stays
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
         "error: run long already finished at step 400 of 400: its max steps (400) end there; raise max steps, "
-        "or set them to 0 (no limit), to train more.")
+        "or set them to 0 (no limit), to train more."
+    )
     # --max-steps 0 lifts it: 1 epoch (313 steps) is then the limit, and too short.
     result = cli("train", "--run-dir", str(run_dir), "--resume", "--max-steps", "0", "--epochs", "1")
-    assert result.returncode == 2 and ("cannot resume long with epochs 1 and max steps 0: that makes 313 steps"
-                                       in result.stderr), result.stderr
+    assert result.returncode == 2 and (
+        "cannot resume long with epochs 1 and max steps 0: that makes 313 steps" in result.stderr
+    ), result.stderr
     assert runs.resume_config(run_dir, {"max_steps": "0"}).total_steps() == 626  # as `--max-steps 0` gives it
 
 
@@ -268,16 +362,30 @@ def test_a_resume_with_max_steps_0_lifts_the_limit_and_a_refusal_names_the_limit
 def test_keep_checkpoints_keeps_the_newest_and_a_resume_may_change_how_many(tmp_path):
     # Keeping every checkpoint, a long run with a checkpoint every few steps would fill the disk.
     run_dir = tmp_path / "kept"
-    common = ["--run-dir", str(run_dir), "--replicas", "2", "--train-examples", "640", "--test-examples", "100",
-              "--steps-per-loop", "5", "--checkpoint-every", "5"]  # 10 steps an epoch
+    common = [
+        "--run-dir",
+        str(run_dir),
+        "--replicas",
+        "2",
+        "--train-examples",
+        "640",
+        "--test-examples",
+        "100",
+        "--steps-per-loop",
+        "5",
+        "--checkpoint-every",
+        "5",
+    ]  # 10 steps an epoch
     assert cli("train", *common, "--epochs", "2", "--keep-checkpoints", "2").returncode == 0
     assert runs.list_checkpoints(run_dir) == ["ckpt-15", "ckpt-20"]
     result = cli("train", *common, "--epochs", "3", "--keep-checkpoints", "3", "--resume")
     assert result.returncode == 0, result.stderr[-2000:]
     # Without a terminal (captured here, as in a CI log) the epochs' results are still said.
     tested = [r for r in runs.read_metrics(run_dir) if "test_accuracy" in r and "epoch" in r][-1]
-    assert (f"epoch 3: train loss {tested['train_loss']:.4f}, test accuracy {tested['test_accuracy']:.4f}"
-            in result.stderr.splitlines())
+    assert (
+        f"epoch 3: train loss {tested['train_loss']:.4f}, test accuracy {tested['test_accuracy']:.4f}"
+        in result.stderr.splitlines()
+    )
     assert runs.list_checkpoints(run_dir) == ["ckpt-20", "ckpt-25", "ckpt-30"]  # the first process's 15 too
     assert runs.saved_config(run_dir).keep_checkpoints == 3
     assert cli("evaluate", "--run-dir", str(run_dir), "--checkpoint", "ckpt-20").returncode == 0
@@ -325,6 +433,7 @@ def test_an_empty_run_dir_is_refused_before_anything_is_written(tmp_path, monkey
 def test_ctrl_c_a_command_does_not_handle_ends_quietly(monkeypatch, capsys):
     def interrupted(args):
         raise KeyboardInterrupt
+
     monkeypatch.setitem(distcore_cli.COMMANDS, "devices", interrupted)
     assert distcore_cli.main(["devices"]) == 130
     assert capsys.readouterr()[1] == "stopped (Ctrl-C).\n"
@@ -334,6 +443,7 @@ def test_a_stop_by_another_signal_is_named_on_the_way_out(monkeypatch, capsys):
     # `split --workers` and `bench` name a SIGTERM or a SIGHUP, not "stopped (Ctrl-C)."
     def terminated(args):
         raise stopping.interruption(signal.SIGHUP)
+
     monkeypatch.setitem(distcore_cli.COMMANDS, "devices", terminated)
     assert distcore_cli.main(["devices"]) == 128 + signal.SIGHUP
     assert capsys.readouterr()[1] == "stopped (SIGHUP).\n"
@@ -345,12 +455,25 @@ def test_the_cluster_launcher_refuses_what_its_workers_would_refuse_before_start
     assert result.returncode == 2
     assert json.loads(result.stdout)["error"] == (
         f"{finished_run} already holds a run: resume it (--resume; resume=True in Python), or pick another run "
-        "directory.")
+        "directory."
+    )
     assert run_files(finished_run) == before  # still finished: no worker ran, nothing marked failed
-    result = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "new"), "--global-batch", "3",
-                 "--api", "function", timeout=60)
+    result = cli(
+        "cluster",
+        "--workers",
+        "2",
+        "--run-dir",
+        str(tmp_path / "new"),
+        "--global-batch",
+        "3",
+        "--api",
+        "function",
+        timeout=60,
+    )
     assert result.returncode == 2 and "worker" not in result.stderr and "resume" not in result.stderr
-    assert result.stderr.strip().endswith("the global batch (3) must divide evenly by the number of replicas (2); try a global batch of 2 or 4.")
+    assert result.stderr.strip().endswith(
+        "the global batch (3) must divide evenly by the number of replicas (2); try a global batch of 2 or 4."
+    )
     assert not (tmp_path / "new").exists()
 
 
@@ -359,15 +482,29 @@ def test_cluster_resume_checks_the_batch_against_the_clusters_replicas(finished_
     run_dir = tmp_path / "four"
     shutil.copytree(finished_run, run_dir)
     saved = runs.read_config(run_dir)
-    (run_dir / "config.json").write_text(json.dumps({**saved, "api": "function", "global_batch": 4,
-                                                     "train_examples": 40,  # still 10 steps: ckpt-10 ends it
-                                                     "devices": ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]}))
+    (run_dir / "config.json").write_text(
+        json.dumps(
+            {
+                **saved,
+                "api": "function",
+                "global_batch": 4,
+                "train_examples": 40,  # still 10 steps: ckpt-10 ends it
+                "devices": ["cpu:0", "cpu:1", "cpu:2", "cpu:3"],
+            }
+        )
+    )
     result = cli("cluster", "--workers", "2", "--run-dir", str(run_dir), "--resume")
     assert result.returncode == 2 and "already finished at step 10" in result.stderr, result.stderr  # the next check
     # A bare worker of such a cluster makes the same check before it connects.
     env = {**os.environ, "TF_CONFIG": cluster.local_tf_configs(2)[0]}
-    worker = subprocess.run([sys.executable, "-m", "distcore", "train", "--multi-worker", "--resume", "--run-dir",
-                             str(run_dir)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    worker = subprocess.run(
+        [sys.executable, "-m", "distcore", "train", "--multi-worker", "--resume", "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert worker.returncode == 2 and "already finished at step 10" in worker.stderr, worker.stderr
 
 
@@ -383,15 +520,16 @@ def test_a_clusters_run_resumes_in_one_process_and_evaluate_says_what_it_restore
 
     newest = next((run_dir / "checkpoints").glob("ckpt-20.data-*"))
     newest.write_bytes(newest.read_bytes()[:1000])  # damaged: evaluate falls back, and the text says so
-    out = cli("evaluate", "--run-dir", str(run_dir), "--details", "--data-dir", str(data.DEBIAN_DIR),
-              check=True).stdout.splitlines()
+    out = cli(
+        "evaluate", "--run-dir", str(run_dir), "--details", "--data-dir", str(data.DEBIAN_DIR), check=True
+    ).stdout.splitlines()
     logged = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-10"][0]["test_accuracy"]
     assert out[0].startswith("ckpt-10 (step 10) on cpu:0: accuracy ")
     # Tested on 2 replicas (32 each), evaluated on 1 (64): a prediction whose top two logits tie to within
     # float32 rounding may go either way, one of the 200 (+0.5 for the quotients and the 4 digits shown).
     assert float(out[0].split(" accuracy ")[1].split(",")[0]) == pytest.approx(logged, abs=1.5 / 200)
     assert out[1].startswith("note: restored ckpt-10, the newest intact checkpoint; skipped ckpt-20")
-    matrix = out[out.index("confusion matrix (rows: true class, columns: predicted class 0-9)") + 1:][:10]
+    matrix = out[out.index("confusion matrix (rows: true class, columns: predicted class 0-9)") + 1 :][:10]
     assert sum(int(n) for row in matrix for n in row.split()[-10:]) == 200  # every test image once
     assert len([line for line in out if line.startswith("#")]) == 16
 
@@ -399,10 +537,19 @@ def test_a_clusters_run_resumes_in_one_process_and_evaluate_says_what_it_restore
 @pytest.mark.slow
 def test_the_planner_refuses_drop_remainder_given_as_text():
     # {"drop_remainder": "false"} is refused, not planned with drop_remainder on (bool("false") is True).
-    requests = [{"examples": 6, "global_batch": 4, "replicas": 2, "drop_remainder": "false"},
-                {"examples": 6, "global_batch": 4, "replicas": 2, "drop_remainder": False}]
-    run = subprocess.run([sys.executable, "-m", "distcore", "planner"], cwd=ROOT, capture_output=True, text=True,
-                         input="".join(json.dumps(r) + "\n" for r in requests), timeout=300, check=True)
+    requests = [
+        {"examples": 6, "global_batch": 4, "replicas": 2, "drop_remainder": "false"},
+        {"examples": 6, "global_batch": 4, "replicas": 2, "drop_remainder": False},
+    ]
+    run = subprocess.run(
+        [sys.executable, "-m", "distcore", "planner"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        timeout=300,
+        check=True,
+    )
     ready, refused, planned = [json.loads(line) for line in run.stdout.splitlines()]
     assert refused == {"error": "drop_remainder ('false') must be true or false (a boolean, not text or a number)."}
     assert planned["drop_remainder"] is False and planned["steps"][-1] == [[4], [5]]
@@ -445,8 +592,20 @@ def test_a_resume_says_when_it_reads_the_data_from_elsewhere_than_the_runs_folde
     theirs.mkdir()
     for name in data.FILES.values():
         (theirs / name).symlink_to(data.locate(download=False) / name)
-    cli("train", "--run-dir", str(run_dir), "--data-dir", str(theirs), "--train-examples", "640",
-        "--test-examples", "200", "--max-steps", "2", check=True)
+    cli(
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--data-dir",
+        str(theirs),
+        "--train-examples",
+        "640",
+        "--test-examples",
+        "200",
+        "--max-steps",
+        "2",
+        check=True,
+    )
     shutil.rmtree(theirs)
     result = cli("train", "--run-dir", str(run_dir), "--resume", "--max-steps", "4", check=True)
     note = f"note: the run's data folder {theirs} (its data_dir in {run_dir / 'config.json'}) lacks "
@@ -460,10 +619,29 @@ def test_a_resume_says_when_it_reads_the_data_from_elsewhere_than_the_runs_folde
 def test_a_run_path_the_output_cannot_spell_does_not_fail_a_finished_run(tmp_path):
     # With PYTHONIOENCODING=ascii a finished run prints its last line, not crash on it (exit 1).
     run_dir = tmp_path / "é"
-    result = subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas", "1",
-                             "--train-examples", "128", "--test-examples", "64", "--max-steps", "1"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONIOENCODING": "ascii", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run_dir),
+            "--replicas",
+            "1",
+            "--train-examples",
+            "128",
+            "--test-examples",
+            "64",
+            "--max-steps",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONIOENCODING": "ascii", "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     escaped = str(run_dir).replace("é", "\\xe9")
     assert result.stdout.splitlines()[-1] == f"finished at step 1 of 1; run directory: {escaped}"
@@ -475,11 +653,33 @@ def test_a_stop_is_answered_while_the_loop_of_steps_still_runs(tmp_path):
     # of 900 steps is answered at once, and so is a second one.
     run_dir = tmp_path / "run"
     with open(tmp_path / "out", "w") as out:  # (a pipe left unread would fill with the loop's 899 records)
-        proc = subprocess.Popen([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--replicas",
-                                 "1", "--epochs", "1", "--train-examples", "60000", "--steps-per-loop", "900",
-                                 "--checkpoint-every", "0", "--test-examples", "100"],
-                                cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distcore",
+                "train",
+                "--run-dir",
+                str(run_dir),
+                "--replicas",
+                "1",
+                "--epochs",
+                "1",
+                "--train-examples",
+                "60000",
+                "--steps-per-loop",
+                "900",
+                "--checkpoint-every",
+                "0",
+                "--test-examples",
+                "100",
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
     try:
         deadline = time.monotonic() + 120
         while (runs.read_status(run_dir) or {}).get("step") != 1:  # the first loop is one step; the next, 899

@@ -18,36 +18,65 @@ from distcore.config import DistcoreError
 
 
 def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "distcore", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "distcore", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def worker_split(policy, files, examples=12, batch=4, api="dataset", drop=False):
-    result = cli("split", "--workers", "2", "--files", str(files), "--examples", str(examples),
-                 "--global-batch", str(batch), "--policy", policy, "--api", api, "--json",
-                 *(["--drop-remainder"] if drop else []))
+    result = cli(
+        "split",
+        "--workers",
+        "2",
+        "--files",
+        str(files),
+        "--examples",
+        str(examples),
+        "--global-batch",
+        str(batch),
+        "--policy",
+        policy,
+        "--api",
+        api,
+        "--json",
+        *(["--drop-remainder"] if drop else []),
+    )
     return result, json.loads(result.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("text,message", [
-    (None, "needs the TF_CONFIG"),
-    ("{", "not valid JSON"),
-    ('{"cluster": {}}', "must hold"),
-    ('{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "must list workers"),
-    ('{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}', "distinct"),
-    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}', "does not name a member"),
-    ('{"cluster": {"worker": ["a:1", "b:notaport"]}, "task": {"type": "worker", "index": 0}}',
-     "address 'b:notaport' has no valid port \\('notaport'\\): write host:port with a port from 1 to 65535"),
-    ('{"cluster": {"worker": ["a:1", "b:70000"]}, "task": {"type": "worker", "index": 0}}', "no valid port"),
-    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": "1"}}',
-     "task index '1' must be a whole number \\(0 for the first worker\\), written without quotes"),
-    ('{"cluster": {"worker": "a:1,b:2"}, "task": {"type": "worker", "index": 0}}',
-     'cluster.worker must be a JSON list of "host:port" strings, e.g. .*; got "a:1,b:2"'),
-    ('{"cluster": {"worker": 5}, "task": {"type": "worker", "index": 0}}', "cluster.worker must be a JSON list"),
-    ('{"cluster": {"worker": {"a": 1}}, "task": {"type": "worker", "index": 0}}', "cluster.worker must be a JSON list"),
-    ('{"cluster": {"chief": "a:1", "worker": ["b:2"]}, "task": {"type": "worker", "index": 0}}',
-     "cluster.chief must be a JSON list"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (None, "needs the TF_CONFIG"),
+        ("{", "not valid JSON"),
+        ('{"cluster": {}}', "must hold"),
+        ('{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "must list workers"),
+        ('{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}', "distinct"),
+        ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}', "does not name a member"),
+        (
+            '{"cluster": {"worker": ["a:1", "b:notaport"]}, "task": {"type": "worker", "index": 0}}',
+            "address 'b:notaport' has no valid port \\('notaport'\\): write host:port with a port from 1 to 65535",
+        ),
+        ('{"cluster": {"worker": ["a:1", "b:70000"]}, "task": {"type": "worker", "index": 0}}', "no valid port"),
+        (
+            '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": "1"}}',
+            "task index '1' must be a whole number \\(0 for the first worker\\), written without quotes",
+        ),
+        (
+            '{"cluster": {"worker": "a:1,b:2"}, "task": {"type": "worker", "index": 0}}',
+            'cluster.worker must be a JSON list of "host:port" strings, e.g. .*; got "a:1,b:2"',
+        ),
+        ('{"cluster": {"worker": 5}, "task": {"type": "worker", "index": 0}}', "cluster.worker must be a JSON list"),
+        (
+            '{"cluster": {"worker": {"a": 1}}, "task": {"type": "worker", "index": 0}}',
+            "cluster.worker must be a JSON list",
+        ),
+        (
+            '{"cluster": {"chief": "a:1", "worker": ["b:2"]}, "task": {"type": "worker", "index": 0}}',
+            "cluster.chief must be a JSON list",
+        ),
+    ],
+)
 def test_malformed_tf_config_is_refused_clearly(text, message):
     with pytest.raises(DistcoreError, match=message):
         cluster.parse_tf_config(text)
@@ -67,13 +96,17 @@ def test_workers_flags_are_compared_field_by_field():
     from distcore.config import TrainConfig
 
     chief = cluster.agreement(TrainConfig(devices=("cpu:0",), workers=2, data_dir="/a"), resume=False)
-    other = cluster.agreement(TrainConfig(devices=("cpu:0",), workers=2, data_dir="/b", global_batch=32,
-                                          learning_rate=0.01, model="mlp"), resume=True)
+    other = cluster.agreement(
+        TrainConfig(devices=("cpu:0",), workers=2, data_dir="/b", global_batch=32, learning_rate=0.01, model="mlp"),
+        resume=True,
+    )
     assert cluster.disagreement(chief, [codes_of(chief), codes_of(chief)]) is None  # data_dir is per host
     message = cluster.disagreement(other, [codes_of(chief), codes_of(other)])
-    assert message.startswith("worker 1's flags differ from worker 0's: --model mlp (worker 0: cnn), "
-                              "--learning-rate 0.01 (worker 0: 0.001), --global-batch 32 (worker 0: 64), "
-                              "--resume given (worker 0: not given). Start every worker with the same flags")
+    assert message.startswith(
+        "worker 1's flags differ from worker 0's: --model mlp (worker 0: cnn), "
+        "--learning-rate 0.01 (worker 0: 0.001), --global-batch 32 (worker 0: 64), "
+        "--resume given (worker 0: not given). Start every worker with the same flags"
+    )
     # Two replicas per worker: rows come worker by worker.
     assert "worker 1's" in cluster.disagreement(chief, [codes_of(chief)] * 2 + [codes_of(other)] * 2, 2)
 
@@ -105,17 +138,29 @@ def test_shard_policies_across_two_workers(policy):
     assert overlap == (policy == "off")
 
 
-@pytest.mark.parametrize("send, said, code", [(lambda pid: os.killpg(pid, signal.SIGINT), "Ctrl-C", 130),
-                                              (lambda pid: os.kill(pid, signal.SIGTERM), "SIGTERM", 143)])
+@pytest.mark.parametrize(
+    "send, said, code",
+    [
+        (lambda pid: os.killpg(pid, signal.SIGINT), "Ctrl-C", 130),
+        (lambda pid: os.kill(pid, signal.SIGTERM), "SIGTERM", 143),
+    ],
+)
 @pytest.mark.slow
 def test_ctrl_c_stops_a_split_across_workers_as_it_stops_a_split(tmp_path, send, said, code):
     # A stop ends the split as the stop it is (130 or 143, named), not "error: worker 0 exited with
     # status 130; ... Its log ends: stopped (Ctrl-C)." and exit 2; a SIGTERM is not called Ctrl-C.
-    proc = subprocess.Popen([sys.executable, "-m", "distcore", "split", "--workers", "2", "--examples", "12",
-                             "--global-batch", "4"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    assert wait_for(lambda: len(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                               text=True).stdout.split()) == 2, timeout=60)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distcore", "split", "--workers", "2", "--examples", "12", "--global-batch", "4"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert wait_for(
+        lambda: len(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()) == 2,
+        timeout=60,
+    )
     time.sleep(1)  # the workers are importing TensorFlow
     send(proc.pid)
     returned, stderr = finish(proc, timeout=60)
@@ -142,19 +187,46 @@ def test_file_policy_with_fewer_files_than_workers_shows_tensorflows_error(polic
 
 def start_cluster(run_dir, *extra, tmp=None):
     """The launcher, with its temporary folders (and its workers') under TMP when given."""
-    args = ["cluster", "--workers", "2", "--run-dir", str(run_dir), "--train-examples", "6400",
-            "--test-examples", "500", "--epochs", "2", "--checkpoint-every", "20", "--steps-per-loop", "5",
-            "--seed", "4", "--json", *extra]
+    args = [
+        "cluster",
+        "--workers",
+        "2",
+        "--run-dir",
+        str(run_dir),
+        "--train-examples",
+        "6400",
+        "--test-examples",
+        "500",
+        "--epochs",
+        "2",
+        "--checkpoint-every",
+        "20",
+        "--steps-per-loop",
+        "5",
+        "--seed",
+        "4",
+        "--json",
+        *extra,
+    ]
     env = {**os.environ, "TMPDIR": str(tmp)} if tmp else None
-    return subprocess.Popen([sys.executable, "-m", "distcore", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "distcore", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def left_behind(tmp):
     """Files under TMP other than the worker logs a failed launch keeps for the post-mortem."""
-    return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*")
-                  if p.is_file() and not (p.parent.name.startswith("distcore-cluster-")
-                                          and p.name.startswith("worker-")))
+    return sorted(
+        str(p.relative_to(tmp))
+        for p in tmp.rglob("*")
+        if p.is_file() and not (p.parent.name.startswith("distcore-cluster-") and p.name.startswith("worker-"))
+    )
 
 
 def worker_pid(launcher_pid, index):
@@ -172,9 +244,25 @@ def test_file_and_off_train_across_workers_only_with_the_function_api(tmp_path):
     # The function API shards in its own input function; the in-memory test set is not FILE-sharded.
     # 1983 examples: shards of 992 and 991, and drop_remainder still means 30 whole global batches
     # of 64 (worker 0's shard must not hold a 31st batch of its own, trained when a chunk ends past 30).
-    done = cli("cluster", "--workers", "2", "--run-dir", str(tmp_path / "fn"), "--policy", "file", "--api",
-               "function", "--drop-remainder", "--train-examples", "1983", "--test-examples", "300",
-               "--steps-per-loop", "7", "--json")
+    done = cli(
+        "cluster",
+        "--workers",
+        "2",
+        "--run-dir",
+        str(tmp_path / "fn"),
+        "--policy",
+        "file",
+        "--api",
+        "function",
+        "--drop-remainder",
+        "--train-examples",
+        "1983",
+        "--test-examples",
+        "300",
+        "--steps-per-loop",
+        "7",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert runs.read_status(tmp_path / "fn")["state"] == "finished"
     steps = [r for r in runs.read_metrics(tmp_path / "fn") if "loss" in r]
@@ -255,8 +343,10 @@ def test_ctrl_c_stops_every_worker_at_one_step(tmp_path):
     tmp.mkdir()
     proc = start_cluster(run_dir, tmp=tmp)
     wait_for_step(proc, 10)
-    scratch, = tmp.glob("distcore-workers-*")  # names its workers, for launcher_scratch
-    assert sorted(p.name for p in scratch.glob("*.pid")) == sorted(f"worker-{worker_pid(proc.pid, i)}.pid" for i in (0, 1))
+    (scratch,) = tmp.glob("distcore-workers-*")  # names its workers, for launcher_scratch
+    assert sorted(p.name for p in scratch.glob("*.pid")) == sorted(
+        f"worker-{worker_pid(proc.pid, i)}.pid" for i in (0, 1)
+    )
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal does: the whole process group
     code, stderr = finish(proc, timeout=120)
     assert code == 130, stderr[-2000:]  # as the shell reports a Ctrl-C (not 0, on which a script goes on)
@@ -316,8 +406,14 @@ def test_a_stop_passed_on_before_the_workers_handlers_are_in_place_stops_them_at
     run_dir.mkdir()  # as the app makes it
     proc = start_cluster(run_dir)
     deadline = time.monotonic() + 60
-    while len(subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "distcore train"], capture_output=True,
-                             text=True).stdout.split()) < 2:  # both workers started, neither ready yet
+    while (
+        len(
+            subprocess.run(
+                ["pgrep", "-P", str(proc.pid), "-f", "distcore train"], capture_output=True, text=True
+            ).stdout.split()
+        )
+        < 2
+    ):  # both workers started, neither ready yet
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
@@ -333,8 +429,18 @@ def test_a_stop_passed_on_before_the_workers_handlers_are_in_place_stops_them_at
 
 
 # Workers started by hand, one per host, as in docs/clusters.md's multi-host recipe (no launcher).
-BARE = ["train", "--multi-worker", "--train-examples", "640", "--test-examples", "100", "--max-steps", "10",
-        "--steps-per-loop", "5"]
+BARE = [
+    "train",
+    "--multi-worker",
+    "--train-examples",
+    "640",
+    "--test-examples",
+    "100",
+    "--max-steps",
+    "10",
+    "--steps-per-loop",
+    "5",
+]
 
 
 def start_bare_worker(tf_config, run_dir, *extra, tmp=None):
@@ -342,9 +448,15 @@ def start_bare_worker(tf_config, run_dir, *extra, tmp=None):
     env["TF_CONFIG"] = tf_config
     if tmp is not None:
         env["TMPDIR"] = str(tmp)
-    return subprocess.Popen([sys.executable, "-m", "distcore", *BARE, "--run-dir", str(run_dir), *extra], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "distcore", *BARE, "--run-dir", str(run_dir), *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def wait_all(procs, timeout=180) -> list[int]:
@@ -418,9 +530,28 @@ def test_a_bare_worker_resuming_that_leaves_while_it_waits_leaves_the_run_as_it_
     # As a resume interrupted while it sets up: not "stopped before training began" with the new
     # total beside a config.json of the old one.
     run_dir = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--train-examples", "640",
-                    "--test-examples", "100", "--max-steps", "4", "--steps-per-loop", "2"], cwd=ROOT, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run_dir),
+            "--train-examples",
+            "640",
+            "--test-examples",
+            "100",
+            "--max-steps",
+            "4",
+            "--steps-per-loop",
+            "2",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     before = {name: (run_dir / name).read_text() for name in ("config.json", "status.json")}
     alone = start_bare_worker(cluster.local_tf_configs(2)[0], run_dir, "--resume")
     try:
@@ -451,8 +582,11 @@ def test_a_worker_still_waiting_for_its_peers_says_again_what_may_be_wrong(monke
     with stopping.StopFlag(cluster=True).while_connecting(announce="worker 1: waiting", remind="worker 1: still"):
         time.sleep(2.7)  # as TensorFlow's barrier: the watcher process speaks meanwhile
     err = capfd.readouterr().err
-    assert err.index("worker 1: waiting") < err.index("worker 1: still (waiting for 1 s)") \
+    assert (
+        err.index("worker 1: waiting")
+        < err.index("worker 1: still (waiting for 1 s)")
         < err.index("worker 1: still (waiting for 2 s)")
+    )
     time.sleep(1.5)
     assert "still" not in capfd.readouterr().err  # the watcher left with the wait
     assert [stopping.waited(s) for s in (45, 60, 3599, 7500)] == ["45 s", "1 min", "59 min", "2 h 5 min"]
@@ -487,13 +621,17 @@ def test_bare_workers_given_different_flags_stop_before_training_and_say_what_di
     run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
     configs = cluster.local_tf_configs(2)
-    procs = [start_bare_worker(configs[0], run_dir, tmp=tmp),
-             start_bare_worker(configs[1], run_dir, "--global-batch", "32", "--steps-per-loop", "3", tmp=tmp)]
+    procs = [
+        start_bare_worker(configs[0], run_dir, tmp=tmp),
+        start_bare_worker(configs[1], run_dir, "--global-batch", "32", "--steps-per-loop", "3", tmp=tmp),
+    ]
     codes = wait_all(procs)
     assert list(tmp.glob("distcore-worker-*")) == []  # worker 1's scratch folder is removed too
     stderr = [p.stderr.read() for p in procs]
     assert codes == [2, 2], stderr
-    differ = "worker 1's flags differ from worker 0's: --global-batch 32 (worker 0: 64), --steps-per-loop 3 (worker 0: 5)."
+    differ = (
+        "worker 1's flags differ from worker 0's: --global-batch 32 (worker 0: 64), --steps-per-loop 3 (worker 0: 5)."
+    )
     for index, text in enumerate(stderr):
         assert f"error: worker {index}: {differ} Start every worker with the same flags" in text
     status = runs.read_status(run_dir)
@@ -507,12 +645,19 @@ def test_a_resume_by_bare_workers_given_different_flags_leaves_the_run_as_it_was
     # A finished run stays finished, not "failed · 63 / 126" beside its config.json of 63 steps,
     # as every other refused resume leaves a run.
     run_dir = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "distcore", "train", *BARE[2:], "--run-dir", str(run_dir), "--max-steps", "4"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "distcore", "train", *BARE[2:], "--run-dir", str(run_dir), "--max-steps", "4"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     before = {name: (run_dir / name).read_text() for name in ("config.json", "status.json")}
     configs = cluster.local_tf_configs(2)
-    procs = [start_bare_worker(configs[0], run_dir, "--resume"),
-             start_bare_worker(configs[1], run_dir, "--resume", "--max-steps", "8")]
+    procs = [
+        start_bare_worker(configs[0], run_dir, "--resume"),
+        start_bare_worker(configs[1], run_dir, "--resume", "--max-steps", "8"),
+    ]
     codes = wait_all(procs)
     assert codes == [2, 2] and "--max-steps 8 (worker 0: 10)" in procs[0].stderr.read()
     assert {name: (run_dir / name).read_text() for name in before} == before
@@ -538,9 +683,11 @@ def test_two_bare_workers_given_the_same_index_are_told_so(tmp_path):
     second = start_bare_worker(config, run_dir)
     assert wait_all([second], timeout=120) == [2]
     first.kill()
-    assert (f"is being trained by process {first.pid} right now: stop it, or wait until it ends, then resume. "
-            "If that is another worker of this cluster, two workers have the same task index in TF_CONFIG: "
-            f"give each its own, 0 to 1. {cluster.PEERS_WAIT}") in second.stderr.read()
+    assert (
+        f"is being trained by process {first.pid} right now: stop it, or wait until it ends, then resume. "
+        "If that is another worker of this cluster, two workers have the same task index in TF_CONFIG: "
+        f"give each its own, 0 to 1. {cluster.PEERS_WAIT}"
+    ) in second.stderr.read()
 
 
 @pytest.mark.slow
@@ -555,7 +702,10 @@ def test_a_bare_worker_whose_port_is_taken_fails_clearly_and_the_same_commands_t
         chief = start_bare_worker(configs[0], run_dir)
         assert chief.wait(timeout=120) == 2
     stderr = chief.stderr.read()
-    said = f"cannot start this worker's server on {address} (UnknownError: Could not start gRPC server: is the port in use?)."
+    said = (
+        f"cannot start this worker's server on {address} "
+        "(UnknownError: Could not start gRPC server: is the port in use?)."
+    )
     assert f"error: {said} {cluster.PEERS_WAIT}" in stderr and "Traceback" not in stderr
     status = runs.read_status(run_dir)
     assert status["state"] == "failed" and status["message"] == f"{said} {cluster.PEERS_WAIT}"
@@ -607,11 +757,14 @@ def test_a_worker_that_stopped_responding_is_named_beside_the_one_that_exited(tm
     (tmp_path / "worker-0.log").write_text(
         "E0000 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort UNAVAILABLE: Error reported "
         "from /job:worker/task:1: The following tasks are unhealthy (stopped sending heartbeats):\n"
-        "/job:worker/replica:0/task:1\nThe tasks have crashed.\nerror: worker 0: the cluster lost a peer\n")
+        "/job:worker/replica:0/task:1\nThe tasks have crashed.\nerror: worker 0: the cluster lost a peer\n"
+    )
     monkeypatch.setattr(cluster, "GRACE_SECONDS", 0.1)
     outcome = cluster.watch([Ended(2), Hung()], tmp_path, None)
-    assert outcome.message.startswith("worker 1 stopped responding (TensorFlow's heartbeats found it unhealthy), "
-                                      "so worker 0 exited with status 2; the other workers were stopped.")
+    assert outcome.message.startswith(
+        "worker 1 stopped responding (TensorFlow's heartbeats found it unhealthy), "
+        "so worker 0 exited with status 2; the other workers were stopped."
+    )
     (tmp_path / "worker-0.log").write_text("error: worker 0: a reason of its own\n")
     assert cluster.watch([Ended(2), Hung()], tmp_path, None).message.startswith("worker 0 exited with status 2")
 
@@ -620,8 +773,11 @@ def tfjob_command(run_dir) -> str:
     """The TFJob pods' command (deploy/tfjob.yaml, a folded block), for this python and a short run."""
     folded = (ROOT / "deploy/tfjob.yaml").read_text().split("- >-\n", 1)[1].split("ports:", 1)[0]
     command = " ".join(line.strip() for line in folded.splitlines() if line.strip())
-    for old, new in (("/runs/fmnist-2workers", str(run_dir)), (".venv/bin/python", shlex.quote(sys.executable)),
-                     ("--global-batch 128 --epochs 5 --checkpoint-every 200", " ".join(BARE[2:]))):
+    for old, new in (
+        ("/runs/fmnist-2workers", str(run_dir)),
+        (".venv/bin/python", shlex.quote(sys.executable)),
+        ("--global-batch 128 --epochs 5 --checkpoint-every 200", " ".join(BARE[2:])),
+    ):
         assert old in command
         command = command.replace(old, new)
     return command
@@ -636,8 +792,15 @@ def test_the_tfjob_pods_agree_on_resume_when_one_starts_late(tmp_path, chief_die
     env = {k: v for k, v in os.environ.items() if k != stopping.LAUNCHED_ENV}
 
     def pod(index):
-        return subprocess.Popen(["sh", "-c", tfjob_command(run_dir)], cwd=ROOT, text=True, start_new_session=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**env, "TF_CONFIG": configs[index]})
+        return subprocess.Popen(
+            ["sh", "-c", tfjob_command(run_dir)],
+            cwd=ROOT,
+            text=True,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**env, "TF_CONFIG": configs[index]},
+        )
 
     def chief_waiting():
         chief = pod(0)
@@ -657,8 +820,12 @@ def test_the_tfjob_pods_agree_on_resume_when_one_starts_late(tmp_path, chief_die
 
 def stop_while_counting_gpus(*args):
     """`cluster ARGS`, stopped with SIGTERM while it counts GPUs; (the process, its child's pid)."""
-    proc = subprocess.Popen([sys.executable, "-m", "distcore", "cluster", "--workers", "2", *args], cwd=ROOT,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distcore", "cluster", "--workers", "2", *args],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not (child := subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()):
         assert proc.poll() is None and time.monotonic() < deadline
@@ -674,9 +841,26 @@ def test_a_resumed_cluster_stopped_before_launch_leaves_the_run_as_it_was(tmp_pa
     # Not "stopped 752/940" beside a config.json of 752 steps, after which a plain resume would say
     # "already finished at step 752 of 752" (as train --resume leaves it too).
     run_dir = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir), "--train-examples", "640",
-                    "--test-examples", "100", "--max-steps", "2"], cwd=ROOT, check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run_dir),
+            "--train-examples",
+            "640",
+            "--test-examples",
+            "100",
+            "--max-steps",
+            "2",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     before = {name: (run_dir / name).read_text() for name in ("config.json", "status.json")}
     stop_while_counting_gpus("--run-dir", str(run_dir), "--resume", "--max-steps", "4")
     assert {name: (run_dir / name).read_text() for name in before} == before
@@ -695,10 +879,14 @@ def test_a_killed_launchers_scratch_folder_goes_once_its_workers_are_gone_too(tm
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()  # a pid no longer alive
-    orphaned, abandoned, own = (tmp_path / f"distcore-workers-{gone}-a", tmp_path / f"distcore-workers-{gone}-b",
-                                tmp_path / f"distcore-workers-{os.getpid()}-c")
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()  # a pid no longer alive
+    orphaned, abandoned, own = (
+        tmp_path / f"distcore-workers-{gone}-a",
+        tmp_path / f"distcore-workers-{gone}-b",
+        tmp_path / f"distcore-workers-{os.getpid()}-c",
+    )
     orphaned.mkdir()  # its chief trains on: a chief makes no folder of its own in there
     (orphaned / f"worker-{gone}.pid").touch()
     (orphaned / f"worker-{os.getpid()}.pid").touch()

@@ -31,19 +31,25 @@ def test_library_device_sets_are_read_and_checked_as_the_cli_reads_them():
     # One string is a list of names, not a sequence of characters.
     assert TrainConfig(devices="cpu:0").devices == ("cpu:0",)
     assert SplitConfig(examples=8, global_batch=4, devices="CPU:0, cpu:1").devices == ("cpu:0", "cpu:1")
-    for bad, message in [(("cpu:99",), "cpu:99 does not exist; available: cpu:0 … cpu:15"),
-                         (("cpu:0", "cpu:0"), "listed twice"), (("cpu:0", "gpu:0"), "mix of CPU and GPU"),
-                         (("tpu:0",), "unknown device name 'tpu:0'")]:
+    for bad, message in [
+        (("cpu:99",), "cpu:99 does not exist; available: cpu:0 … cpu:15"),
+        (("cpu:0", "cpu:0"), "listed twice"),
+        (("cpu:0", "gpu:0"), "mix of CPU and GPU"),
+        (("tpu:0",), "unknown device name 'tpu:0'"),
+    ]:
         with pytest.raises(DistcoreError, match=message):
             TrainConfig(devices=bad)
 
 
-@pytest.mark.parametrize("field,value,allowed", [
-    ("policy", "sometimes", "auto, file, data, off"),
-    ("api", "magic", "dataset, function"),
-    ("model", "resnet", "cnn, mlp"),
-    ("optimizer", "lbfgs", "adam, sgd"),
-])
+@pytest.mark.parametrize(
+    "field,value,allowed",
+    [
+        ("policy", "sometimes", "auto, file, data, off"),
+        ("api", "magic", "dataset, function"),
+        ("model", "resnet", "cnn, mlp"),
+        ("optimizer", "lbfgs", "adam, sgd"),
+    ],
+)
 def test_choices_list_what_is_allowed(field, value, allowed):
     with pytest.raises(DistcoreError, match=allowed):
         TrainConfig(devices=CPUS2, **{field: value})
@@ -65,8 +71,10 @@ def test_file_and_off_do_not_train_across_workers(policy):
     # OFF: every worker reads all 640 examples, so TensorFlow's epoch is 20 steps, not 10.
     with pytest.raises(DistcoreError, match=f"shard policy {policy.upper()} cannot train across 2 workers"):
         TrainConfig(devices=("cpu:0",), workers=2, policy=policy, train_examples=640)
-    with pytest.raises(DistcoreError, match=f"split --workers 3 --policy {policy}"
-                                            + (" --files 3 " if policy == "file" else " --examples")):
+    with pytest.raises(
+        DistcoreError,
+        match=f"split --workers 3 --policy {policy}" + (" --files 3 " if policy == "file" else " --examples"),
+    ):
         TrainConfig(devices=("cpu:0",), workers=3, policy=policy, global_batch=63)  # a file per worker, at least
     TrainConfig(devices=("cpu:0",), workers=2, policy=policy, api="function")  # the policy is not used there
     TrainConfig(devices=("cpu:0", "cpu:1"), policy=policy)  # one process: nothing is divided between workers
@@ -106,8 +114,11 @@ def test_check_int_accepts_exactly_whole_numbers_in_range(value):
 
 @pytest.mark.parametrize("value", [None, "", "  "])
 def test_an_empty_value_is_called_empty_not_none(value):
-    for check in (lambda: check_int("epochs", value), lambda: check_float("learning rate", value, low=0, high=1),
-                  lambda: check_choice("policy", value, ("auto", "off"))):
+    for check in (
+        lambda: check_int("epochs", value),
+        lambda: check_float("learning rate", value, low=0, high=1),
+        lambda: check_choice("policy", value, ("auto", "off")),
+    ):
         with pytest.raises(DistcoreError, match=r"^\w[\w ]* is empty: it must be ") as err:
             check()
         assert "None" not in str(err.value) and "''" not in str(err.value)
@@ -131,8 +142,9 @@ def test_split_config_either_validates_or_says_why(examples, batch, files):
 def test_numpy_integers_and_device_arrays_are_read_as_plain_values():
     # np.int64(64) is taken (not "global batch size (np.int64(64)) must be a whole number from 1 to
     # 65536"), and so is a numpy array of device names (not "truth value of an array is ambiguous").
-    config = TrainConfig(devices=np.array(["cpu:0", "cpu:1"]), global_batch=np.int64(64), epochs=np.int32(2),
-                         seed=np.uint16(3))
+    config = TrainConfig(
+        devices=np.array(["cpu:0", "cpu:1"]), global_batch=np.int64(64), epochs=np.int32(2), seed=np.uint16(3)
+    )
     assert (config.devices, config.global_batch, config.epochs, config.seed) == (CPUS2, 64, 2, 3)
     assert type(config.global_batch) is int and json.loads(json.dumps(config.to_dict()))["global_batch"] == 64
     split = SplitConfig(examples=np.int64(8), global_batch=np.int8(4), devices=np.array(["cpu:0"]))
@@ -146,9 +158,11 @@ def test_numpy_integers_and_device_arrays_are_read_as_plain_values():
 @pytest.mark.parametrize("value", ["False", "false", "", 0, 1, None])
 def test_drop_remainder_must_be_true_or_false(value):
     # drop_remainder="False" is not read as True (bool("False")), in TrainConfig or in the planner.
-    for make in (lambda: TrainConfig(devices=CPUS2, drop_remainder=value),
-                 lambda: SplitConfig(examples=8, global_batch=4, devices=CPUS2, drop_remainder=value),
-                 lambda: SplitConfig(examples=8, global_batch=4, devices=CPUS2, map_after_batch=value)):
+    for make in (
+        lambda: TrainConfig(devices=CPUS2, drop_remainder=value),
+        lambda: SplitConfig(examples=8, global_batch=4, devices=CPUS2, drop_remainder=value),
+        lambda: SplitConfig(examples=8, global_batch=4, devices=CPUS2, map_after_batch=value),
+    ):
         with pytest.raises(DistcoreError, match=r"^(drop_remainder|map_after_batch) .*must be true or false"):
             make()
     assert TrainConfig(devices=CPUS2, drop_remainder=np.bool_(True)).drop_remainder is True
@@ -161,9 +175,14 @@ def test_both_configs_suggest_a_batch_that_divides_by_the_replicas():
         TrainConfig(devices=cpus3, global_batch=64, api="function")
     with pytest.raises(DistcoreError) as split:
         SplitConfig(examples=640, global_batch=64, devices=cpus3, api="function")
-    assert str(train.value) == str(split.value) == (
-        "with distribute_datasets_from_function the global batch (64) must divide evenly by the number "
-        "of replicas (3); try a global batch of 63 or 66.")
+    assert (
+        str(train.value)
+        == str(split.value)
+        == (
+            "with distribute_datasets_from_function the global batch (64) must divide evenly by the number "
+            "of replicas (3); try a global batch of 63 or 66."
+        )
+    )
 
 
 def test_a_data_dir_is_kept_as_an_absolute_path_in_text(tmp_path, monkeypatch):
@@ -171,7 +190,9 @@ def test_a_data_dir_is_kept_as_an_absolute_path_in_text(tmp_path, monkeypatch):
     # serializable"), and absolute, so it still names the folder from another one.
     monkeypatch.chdir(tmp_path)
     assert TrainConfig(devices=CPUS2, data_dir=Path("dcopy")).data_dir == str(tmp_path / "dcopy")
-    assert json.loads(json.dumps(TrainConfig(devices=CPUS2, data_dir="d/../e").to_dict()))["data_dir"] == str(tmp_path / "e")
+    assert json.loads(json.dumps(TrainConfig(devices=CPUS2, data_dir="d/../e").to_dict()))["data_dir"] == str(
+        tmp_path / "e"
+    )
     assert TrainConfig(devices=CPUS2, data_dir="~/fm").data_dir == str(Path.home() / "fm")
     assert TrainConfig(devices=CPUS2, data_dir="").data_dir is None
     with pytest.raises(DistcoreError, match=r"^data folder \(5\) must be a path"):
@@ -189,6 +210,7 @@ def test_a_configuration_or_its_changes_of_the_wrong_type_are_refused_plainly(tm
     # from_dict(["cpu:0"]) and resume_config(run, ["epochs"]) say what they need, not "the
     # configuration has no devices." or a TypeError.
     from distcore import runs
+
     with pytest.raises(DistcoreError, match="^a configuration must be a dict of its fields, not list.$"):
         TrainConfig.from_dict(["cpu:0"])
     with pytest.raises(DistcoreError, match=r"^the changes for a resume must be a dict .*not list\.$"):

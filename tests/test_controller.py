@@ -19,8 +19,17 @@ import tensorflow as tf
 from conftest import cpus
 from distcore import checkpoints, data, devices, inputs, runs
 from distcore.config import DistcoreError, TrainConfig
-from distcore.controller import (TEST_EXAMPLE_COST, Controller, StopFlag, failure_message, guess_test_seconds,
-                                 remaining_test_passes, resume_config, train_examples, worker_scratch)
+from distcore.controller import (
+    TEST_EXAMPLE_COST,
+    Controller,
+    StopFlag,
+    failure_message,
+    guess_test_seconds,
+    remaining_test_passes,
+    resume_config,
+    train_examples,
+    worker_scratch,
+)
 from distcore.loop import StepRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,8 +63,9 @@ def test_run_directory_is_a_complete_record(trained_run):
 
 
 def small(**overrides):
-    base = dict(devices=cpus(2), global_batch=64, epochs=2, seed=5, steps_per_loop=4,
-                train_examples=1000, test_examples=500)  # 16 steps per epoch, the last of 40
+    base = dict(
+        devices=cpus(2), global_batch=64, epochs=2, seed=5, steps_per_loop=4, train_examples=1000, test_examples=500
+    )  # 16 steps per epoch, the last of 40
     return TrainConfig(**{**base, **overrides})
 
 
@@ -156,8 +166,14 @@ def test_a_checkpoint_saved_before_its_epoch_was_closed_still_resumes(tmp_path, 
     # before the epoch was closed, then the epoch's record, with no checkpoint of its own.
     run_dir = tmp_path / "r"
     old = Controller(small(epochs=1), run_dir)
-    dist = inputs.distribute(old.strategy, train_examples(old.config, old.data, 0, 0), global_batch=64,
-                             api="dataset", policy="auto", drop_remainder=False)
+    dist = inputs.distribute(
+        old.strategy,
+        train_examples(old.config, old.data, 0, 0),
+        global_batch=64,
+        api="dataset",
+        policy="auto",
+        drop_remainder=False,
+    )
     old.runner.train_steps(iter(dist), tf.constant(16))
     old.save_checkpoint(16)
     old.end_epoch(1, 16)
@@ -191,8 +207,11 @@ def test_resume_can_extend_but_not_change_the_model(tmp_path):
     # A resume on a device count the run's function-API batch cannot divide names the counts that can.
     function_run = tmp_path / "f"
     Controller(small(epochs=1, max_steps=1, api="function", global_batch=63, devices=cpus(1)), function_run).run()
-    with pytest.raises(DistcoreError, match=r"cannot resume on 2 replicas: the run's global batch \(63\) stays as "
-                                            r"it is.*replica count of 1, 3, 7, 9, 21 or 63\.$"):
+    with pytest.raises(
+        DistcoreError,
+        match=r"cannot resume on 2 replicas: the run's global batch \(63\) stays as "
+        r"it is.*replica count of 1, 3, 7, 9, 21 or 63\.$",
+    ):
         resume_config(function_run, {"devices": cpus(2)})
     result = first.run()
     assert result["step"] == 8
@@ -209,9 +228,12 @@ def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_d
     # closed unrun leaves its run stopped, its name free, not "starting" (read as died).
     never = Controller(small(epochs=1), tmp_path / "never")
     never.close()
-    with pytest.raises(DistcoreError, match=r"has let go of .*never \(it ran, or close\(\) was called\): to train "
-                                            r"the run, make a new one: .* or Controller\(config, run_dir\) if it never "
-                                            r"trained\.$"):
+    with pytest.raises(
+        DistcoreError,
+        match=r"has let go of .*never \(it ran, or close\(\) was called\): to train "
+        r"the run, make a new one: .* or Controller\(config, run_dir\) if it never "
+        r"trained\.$",
+    ):
         never.run()
     assert runs.read_status(tmp_path / "never")["state"] == "stopped"
     assert not (tmp_path / "never" / "config.json").exists()
@@ -230,10 +252,12 @@ def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_d
     assert (tmp_path / "never" / "config.json").read_text() == config_before
     with pytest.raises(DistcoreError, match="already finished at step 2 of 2"):  # not trained on
         resume_config(tmp_path / "never")
+
     # Interrupted while it sets up (a notebook's Ctrl-C): as it was too (not "stopped before
     # training began" at step 2 of 4, beside a config.json of max_steps 4).
     def interrupted(*_):
         raise KeyboardInterrupt
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Controller, "restore", interrupted)
         with pytest.raises(KeyboardInterrupt):
@@ -245,17 +269,26 @@ def test_a_closed_controller_is_refused_and_leaves_its_run_as_a_stopped_set_up_d
     gc.collect()
     assert runs.read_status(tmp_path / "dropped")["state"] == "stopped"
     assert Controller(small(epochs=1, max_steps=2), tmp_path / "dropped").run()["state"] == "finished"
-    assert Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never",
-                      resume=True).run()["step"] == 4
+    assert (
+        Controller(resume_config(tmp_path / "never", {"max_steps": 4}), tmp_path / "never", resume=True).run()["step"]
+        == 4
+    )
 
 
 def test_ctrl_c_in_a_library_caller_stops_with_a_checkpoint(tmp_path):
     # Not KeyboardInterrupt in the loop, which would fail the run and lose its steps since the last checkpoint.
-    script = ("import sys; from distcore.config import TrainConfig; from distcore.controller import Controller; "
-              "print(Controller(TrainConfig(devices=('cpu:0',), epochs=50, train_examples=1000, test_examples=100, "
-              "steps_per_loop=4), sys.argv[1]).run(), flush=True)")
-    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "lib")], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    script = (
+        "import sys; from distcore.config import TrainConfig; from distcore.controller import Controller; "
+        "print(Controller(TrainConfig(devices=('cpu:0',), epochs=50, train_examples=1000, test_examples=100, "
+        "steps_per_loop=4), sys.argv[1]).run(), flush=True)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "lib")],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while runs.last_logged_step(tmp_path / "lib") < 8 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -274,20 +307,28 @@ def test_a_second_ctrl_c_reads_stopped_with_what_was_lost_and_an_on_record_error
     def interrupt_at_step_10(record):
         if record.get("step") == 10 and "loss" in record:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         Controller(small(checkpoint_every=4), tmp_path / "ctrl-c", on_record=interrupt_at_step_10).run()
     status = runs.read_status(tmp_path / "ctrl-c")
     said = "interrupted at step 12 (a second Ctrl-C), with no checkpoint there: a resume continues from ckpt-8"
     assert (status["state"], status["message"]) == ("stopped", said)
-    assert runs.read_metrics(tmp_path / "ctrl-c")[-1] == {**runs.read_metrics(tmp_path / "ctrl-c")[-1],
-                                                         "event": "stopped", "message": said}
+    assert runs.read_metrics(tmp_path / "ctrl-c")[-1] == {
+        **runs.read_metrics(tmp_path / "ctrl-c")[-1],
+        "event": "stopped",
+        "message": said,
+    }
 
     def always_fails(record):
         return record["loss"]  # a KeyError on every event record, the "failed" one too
+
     with pytest.raises(KeyError):
         Controller(small(), tmp_path / "callback", on_record=always_fails).run()
     assert runs.read_status(tmp_path / "callback")["state"] == "failed"
-    for bad, message in (({"on_record": 5}, "on_record must be a function"), ({"stop": True}, "stop must be a StopFlag")):
+    for bad, message in (
+        ({"on_record": 5}, "on_record must be a function"),
+        ({"stop": True}, "stop must be a StopFlag"),
+    ):
         with pytest.raises(DistcoreError, match=message):
             Controller(small(), tmp_path / "bad", **bad)
     with pytest.raises(DistcoreError, match="config must be a TrainConfig, not dict"):
@@ -337,25 +378,36 @@ def test_a_failure_message_gives_tensorflows_reason_not_its_stack():
     assert failure_message(DistcoreError("said for people")) == "said for people"
     assert failure_message(OSError("the disk went away")) == "OSError: the disk went away"
     # TensorFlow's internal node name before the reason is left out; status.json's detail keeps it.
-    node = ("{{function_node __wrapped__CollectiveReduceV2_Nordering_token_1_device_/job:worker/replica:0/task:0/"
-            "device:CPU:0}} Collective ops is aborted by: Error reported from /job:worker/task:1: The following "
-            "tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have "
-            "crashed. [Op:CollectiveReduceV2] name: ")  # (TensorFlow 2.21's text, shortened)
+    node = (
+        "{{function_node __wrapped__CollectiveReduceV2_Nordering_token_1_device_/job:worker/replica:0/task:0/"
+        "device:CPU:0}} Collective ops is aborted by: Error reported from /job:worker/task:1: The following "
+        "tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have "
+        "crashed. [Op:CollectiveReduceV2] name: "
+    )  # (TensorFlow 2.21's text, shortened)
     assert failure_message(tf.errors.UnavailableError(None, None, node)) == (
         "UnavailableError: Collective ops is aborted by: Error reported from /job:worker/task:1: The following "
-        "tasks are unhealthy (stopped sending heartbeats)")
-    assert failure_message(tf.errors.InternalError(None, None, "{{function_node __inference_<lambda>_105}} "
-                                                   "Collective ops is aborted by: joining a group")) == (
-        "InternalError: Collective ops is aborted by: joining a group")
+        "tasks are unhealthy (stopped sending heartbeats)"
+    )
+    assert failure_message(
+        tf.errors.InternalError(
+            None, None, "{{function_node __inference_<lambda>_105}} Collective ops is aborted by: joining a group"
+        )
+    ) == ("InternalError: Collective ops is aborted by: joining a group")
 
 
 def test_a_resume_with_nothing_left_to_train_is_refused(uninterrupted):
     before = (uninterrupted / "config.json").read_text()
     for same in ({}, {"epochs": 2}, {"steps_per_loop": 8}):
-        with pytest.raises(DistcoreError, match=r"run whole already finished at step 32 of 32: its 2 epochs end there; raise epochs to train"):
+        with pytest.raises(
+            DistcoreError,
+            match=r"run whole already finished at step 32 of 32: its 2 epochs end there; raise epochs to train",
+        ):
             resume_config(uninterrupted, same)
-    with pytest.raises(DistcoreError, match=r"epochs 1 .*16 steps.*already trained 32 \(ckpt-32\).*epochs of at "
-                                            r"least 3, and max steps 0 \(no limit\) or more than 32"):
+    with pytest.raises(
+        DistcoreError,
+        match=r"epochs 1 .*16 steps.*already trained 32 \(ckpt-32\).*epochs of at "
+        r"least 3, and max steps 0 \(no limit\) or more than 32",
+    ):
         resume_config(uninterrupted, {"epochs": 1})
     with pytest.raises(DistcoreError, match=r"max steps 20: that makes 20 steps.*already trained 32"):
         resume_config(uninterrupted, {"max_steps": 20})
@@ -374,6 +426,7 @@ def test_a_set_up_that_fails_or_is_interrupted_leaves_the_run_as_a_retry_needs_i
     # status, so the next try does not find the folder "already holds a run".
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
+
     with monkeypatch.context() as patched:
         patched.setattr(Controller, "set_up", interrupted)
         with pytest.raises(KeyboardInterrupt):
@@ -435,13 +488,17 @@ def test_a_checkpoint_saved_but_never_logged_is_tested_when_resumed_from(tmp_pat
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     logged = [json.loads(line) for line in lines if '"checkpoint": "ckpt-8"' in line]
     assert len(logged) == 1
-    (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in lines if '"checkpoint": "ckpt-8"' not in line
-                                                   and '"event": "finished"' not in line))
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(
+            line + "\n" for line in lines if '"checkpoint": "ckpt-8"' not in line and '"event": "finished"' not in line
+        )
+    )
     Controller(resume_config(run_dir, {"max_steps": 12}), run_dir, resume=True).run()
     tested = [r for r in runs.read_metrics(run_dir) if r.get("checkpoint") == "ckpt-8"]
     assert [r["message"] for r in tested] == ["ckpt-8, tested now: its process ended before it logged it"]
     assert (tested[0]["test_loss"], tested[0]["test_accuracy"]) == pytest.approx(
-        (logged[0]["test_loss"], logged[0]["test_accuracy"]), rel=1e-6)
+        (logged[0]["test_loss"], logged[0]["test_accuracy"]), rel=1e-6
+    )
     events = [r.get("event") for r in runs.read_metrics(run_dir) if "event" in r]
     assert events.count("checkpoint") == 3  # ckpt-4, ckpt-8 now, ckpt-12: a logged one is not tested again
 
@@ -475,8 +532,11 @@ def test_the_chunk_that_traced_reports_no_speed_or_eta(tmp_path, monkeypatch):
     # step says nothing about the rest (after a resume it would show an ETA of minutes for seconds).
     statuses = []
     set_status = Controller.set_status
-    monkeypatch.setattr(Controller, "set_status",
-                        lambda self, state, **extra: statuses.append((state, extra)) or set_status(self, state, **extra))
+    monkeypatch.setattr(
+        Controller,
+        "set_status",
+        lambda self, state, **extra: statuses.append((state, extra)) or set_status(self, state, **extra),
+    )
     config = TrainConfig(devices=cpus(2), epochs=1, train_examples=640, test_examples=200, steps_per_loop=5)
     Controller(config, tmp_path / "r").run()
     chunks = [extra for state, extra in statuses if state == "running" and "eta_seconds" in extra]
@@ -491,9 +551,14 @@ def test_an_epochs_first_chunk_is_not_timed_and_the_status_keeps_the_last_speed(
     # steps to the next loop boundary: timed, 44-800 examples/s among ~5,000, an ETA of 5 min for 55 s.
     statuses = []
     set_status = Controller.set_status
-    monkeypatch.setattr(Controller, "set_status", lambda self, state, **extra: statuses.append(
-        (int(self.runner.step.numpy()), extra.get("examples_per_sec"), extra.get("eta_seconds")))
-        or set_status(self, state, **extra))
+    monkeypatch.setattr(
+        Controller,
+        "set_status",
+        lambda self, state, **extra: (
+            statuses.append((int(self.runner.step.numpy()), extra.get("examples_per_sec"), extra.get("eta_seconds")))
+            or set_status(self, state, **extra)
+        ),
+    )
     config = TrainConfig(devices=cpus(2), epochs=2, train_examples=640, test_examples=200, steps_per_loop=4)
     Controller(config, tmp_path / "r").run()  # chunks end at steps 1, 4, 8, 10 | 12, 16, 20
     steps = {r["step"]: r for r in runs.read_metrics(tmp_path / "r") if "loss" in r}
@@ -514,9 +579,16 @@ def test_the_eta_counts_the_test_passes_still_to_come(tmp_path, monkeypatch):
     assert remaining_test_passes(config.replace(max_steps=7), 0, 7) == 2  # 4, and the last step
     statuses = []
     set_status = Controller.set_status
-    monkeypatch.setattr(Controller, "set_status", lambda self, state, **extra: statuses.append(
-        (self.runner.step.numpy(), extra.get("eta_seconds"), self.test_seconds, extra.get("examples_per_sec")))
-        or set_status(self, state, **extra))
+    monkeypatch.setattr(
+        Controller,
+        "set_status",
+        lambda self, state, **extra: (
+            statuses.append(
+                (self.runner.step.numpy(), extra.get("eta_seconds"), self.test_seconds, extra.get("examples_per_sec"))
+            )
+            or set_status(self, state, **extra)
+        ),
+    )
     Controller(config.replace(test_examples=2000, steps_per_loop=2), tmp_path / "r").run()
     # The first pass (step 4) traced the test step, and its time is not counted.
     assert {t for step, _, t, _ in statuses if 4 < step <= 8} == {None}
@@ -527,8 +599,11 @@ def test_the_eta_counts_the_test_passes_still_to_come(tmp_path, monkeypatch):
     eta, test_seconds, speed = next((eta, t, v) for step, eta, t, v in statuses if step == 2 and eta is not None)
     step_seconds = 64 / speed  # full batches of 64
     assert test_seconds is None and guess_test_seconds(config.replace(test_examples=2000), step_seconds) == (
-        pytest.approx(2000 / 64 * step_seconds * TEST_EXAMPLE_COST))
-    assert eta == pytest.approx(18 * step_seconds + 6 * 2000 / 64 * step_seconds * TEST_EXAMPLE_COST)  # 18 steps, 6 passes
+        pytest.approx(2000 / 64 * step_seconds * TEST_EXAMPLE_COST)
+    )
+    assert eta == pytest.approx(
+        18 * step_seconds + 6 * 2000 / 64 * step_seconds * TEST_EXAMPLE_COST
+    )  # 18 steps, 6 passes
 
 
 def test_a_mistyped_data_dir_leaves_no_run_behind(tmp_path):
@@ -542,7 +617,8 @@ def test_a_mistyped_data_dir_leaves_no_run_behind(tmp_path):
 
 
 def test_a_relative_data_dir_resumes_from_anywhere_and_a_missing_one_falls_back_with_a_note(
-        tmp_path, monkeypatch, fmnist):
+    tmp_path, monkeypatch, fmnist
+):
     # config.json holds --data-dir dcopy as an absolute path, so --resume and evaluate from another
     # folder find it (not "--data-dir dcopy lacks ...", a flag the user never passed). A folder
     # that is gone (a run copied from another machine) can still be evaluated or resumed in the
@@ -559,13 +635,17 @@ def test_a_relative_data_dir_resumes_from_anywhere_and_a_missing_one_falls_back_
     assert Controller(resume_config(run_dir, {"max_steps": 4}), run_dir, resume=True).run()["step"] == 4
     shutil.rmtree(copy)
     monkeypatch.delenv("DISTCORE_DATA_DIR", raising=False)
-    expected = (f"the run's data folder {copy} (its data_dir in {run_dir / 'config.json'}) lacks "
-                f"{', '.join(data.FILES.values())}; read Fashion-MNIST from {data.locate()} instead.")
+    expected = (
+        f"the run's data folder {copy} (its data_dir in {run_dir / 'config.json'}) lacks "
+        f"{', '.join(data.FILES.values())}; read Fashion-MNIST from {data.locate()} instead."
+    )
     assert Controller(resume_config(run_dir, {"max_steps": 6}), run_dir, resume=True).run()["step"] == 6
     assert [r["message"] for r in runs.read_metrics(run_dir) if r.get("event") == "fallback"] == [expected]
     evaluated = checkpoints.evaluate(run_dir, None)
     assert evaluated["note"] == expected and evaluated["data_dir"] == str(data.locate()) and evaluated["step"] == 6
-    with pytest.raises(DistcoreError, match=f"^--data-dir \\(data_dir=\\) {tmp_path / 'elsewhere'} lacks"):  # a flag given
+    with pytest.raises(
+        DistcoreError, match=f"^--data-dir \\(data_dir=\\) {tmp_path / 'elsewhere'} lacks"
+    ):  # a flag given
         Controller(resume_config(run_dir, {"max_steps": 8, "data_dir": "../elsewhere"}), run_dir, resume=True)
 
 

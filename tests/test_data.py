@@ -101,8 +101,10 @@ def test_a_runs_saved_folder_that_is_gone_falls_back_to_the_usual_places_and_say
     gone, config_json, notes = tmp_path / "theirs", tmp_path / "run" / "config.json", []
     found = data.locate(str(gone), saved_in=config_json, on_note=notes.append)
     assert found == data.locate() and has_four_files(found)
-    assert notes == [f"the run's data folder {gone} (its data_dir in {config_json}) lacks {', '.join(data.FILES.values())}; "
-                     f"read Fashion-MNIST from {found} instead."]
+    assert notes == [
+        f"the run's data folder {gone} (its data_dir in {config_json}) lacks {', '.join(data.FILES.values())}; "
+        f"read Fashion-MNIST from {found} instead."
+    ]
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))  # and no data here either
     monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "debian")
     with pytest.raises(DistcoreError) as err:

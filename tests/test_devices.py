@@ -13,14 +13,17 @@ def test_device_lists_are_normalised():
     assert devices.parse_device_list("CPU:0, cpu:1,/device:CPU:2") == ("cpu:0", "cpu:1", "cpu:2")
 
 
-@pytest.mark.parametrize("text,message", [
-    ("", "empty"),
-    (" , ", "empty"),
-    ("cpu:0,cpu:0", "listed twice"),
-    ("tpu:0", "unknown device name"),
-    ("cpu0", "unknown device name"),
-    ("cpu:0,gpu:0", "one kind"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("", "empty"),
+        (" , ", "empty"),
+        ("cpu:0,cpu:0", "listed twice"),
+        ("tpu:0", "unknown device name"),
+        ("cpu0", "unknown device name"),
+        ("cpu:0,gpu:0", "one kind"),
+    ],
+)
 def test_bad_device_lists(text, message):
     with pytest.raises(DistcoreError, match=message):
         devices.parse_device_list(text)
@@ -61,7 +64,9 @@ def test_inventory_reports_this_machine():
     assert info["max_logical_cpus"] >= 8 and len(info["default"]) >= 2
 
 
-@pytest.mark.parametrize("replicas, cores, threads", [(1, 2, 2), (2, 2, 1), (4, 2, 1), (1, 8, 8), (3, 8, 2), (16, 8, 1)])
+@pytest.mark.parametrize(
+    "replicas, cores, threads", [(1, 2, 2), (2, 2, 1), (4, 2, 1), (1, 8, 8), (3, 8, 2), (16, 8, 1)]
+)
 def test_replicas_share_the_cores(replicas, cores, threads):
     assert devices.intra_op_threads(replicas, cores) == threads
 
@@ -70,9 +75,11 @@ def threads_in_a_fresh_process(env_threads=None, own=""):
     env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
     if env_threads is not None:
         env["TF_NUM_INTRAOP_THREADS"] = env_threads
-    code = (own + "from distcore import devices; s = devices.make_strategy(('cpu:0', 'cpu:1'));"
-            "import tensorflow as tf; tf.constant(1.0) + 1.0; print(devices.intra_op_setting(),"
-            "tf.config.threading.get_intra_op_parallelism_threads())")
+    code = (
+        own + "from distcore import devices; s = devices.make_strategy(('cpu:0', 'cpu:1'));"
+        "import tensorflow as tf; tf.constant(1.0) + 1.0; print(devices.intra_op_setting(),"
+        "tf.config.threading.get_intra_op_parallelism_threads())"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     return [int(x) for x in out.stdout.split()]
@@ -84,8 +91,9 @@ def test_a_two_replica_process_gives_each_op_its_share_and_a_users_setting_wins(
     assert threads_in_a_fresh_process() == [share, share]
     assert threads_in_a_fresh_process("3") == [3, 0]  # TensorFlow reads the variable itself
     # A library caller's own setting, made before distcore's, is kept.
-    assert threads_in_a_fresh_process(own="import tensorflow as tf; "
-                                          "tf.config.threading.set_intra_op_parallelism_threads(3); ") == [3, 3]
+    assert threads_in_a_fresh_process(
+        own="import tensorflow as tf; tf.config.threading.set_intra_op_parallelism_threads(3); "
+    ) == [3, 3]
 
 
 @pytest.mark.slow
@@ -93,24 +101,31 @@ def test_a_second_device_set_in_one_process_is_told_its_threads_differ_from_a_ne
     # A notebook's 1-replica run after a 2-replica one keeps 1 thread per op (a new process
     # uses 2), so its losses leave the CLI's from step 5: it is warned of.
     env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
-    code = ("from distcore import devices; devices.make_strategy(('cpu:0', 'cpu:1')); "
-            "print(devices.threads_differ(('cpu:0', 'cpu:1'))); print(devices.threads_differ(('cpu:1',)))")
+    code = (
+        "from distcore import devices; devices.make_strategy(('cpu:0', 'cpu:1')); "
+        "print(devices.threads_differ(('cpu:0', 'cpu:1'))); print(devices.threads_differ(('cpu:1',)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     same, other = out.stdout.splitlines()
     share, alone = devices.intra_op_threads(2), devices.intra_op_threads(1)
     assert same == "None"
     if share != alone:  # (a machine of one core: both are 1)
-        assert other.startswith(f"this process runs each TensorFlow op on {share} thread(s), as set when TensorFlow "
-                                f"first ran here (by an earlier run or evaluation, or by you); a new process for 1 "
-                                f"replica(s) uses {alone}")
+        assert other.startswith(
+            f"this process runs each TensorFlow op on {share} thread(s), as set when TensorFlow "
+            f"first ran here (by an earlier run or evaluation, or by you); a new process for 1 "
+            f"replica(s) uses {alone}"
+        )
     # After an evaluation with no strategy, which sets nothing: TensorFlow's default (it read
     # "on all the cores as thread(s)").
-    code = ("import tensorflow as tf; tf.constant(1.0) + 1.0; from distcore import devices; "
-            "print(devices.threads_differ(('cpu:0', 'cpu:1')))")
+    code = (
+        "import tensorflow as tf; tf.constant(1.0) + 1.0; from distcore import devices; "
+        "print(devices.threads_differ(('cpu:0', 'cpu:1')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert out.stdout.startswith("this process runs each TensorFlow op on TensorFlow's default thread count (all "
-                                 "the cores), as set when"), out.stdout + out.stderr[-2000:]
+    assert out.stdout.startswith(
+        "this process runs each TensorFlow op on TensorFlow's default thread count (all the cores), as set when"
+    ), out.stdout + out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("args", [("4x",), (0,), (17,), (True,), (2, -1)])

@@ -42,8 +42,10 @@ def test_a_resume_rolls_the_logs_back_to_its_checkpoint(tmp_path):
     log(tmp_path, range(21, 31), epoch_steps=(30,))
     assert tensorboard_steps(tmp_path, "train/loss") == list(range(1, 31))
     assert tensorboard_steps(tmp_path, "epoch/test_accuracy") == [10, 20, 30]
-    assert all(tf.data.TFRecordDataset(str(p)).reduce(0, lambda n, _: n + 1) > 0  # CRCs intact
-               for p in tmp_path.glob("events.out.tfevents.*"))
+    assert all(
+        tf.data.TFRecordDataset(str(p)).reduce(0, lambda n, _: n + 1) > 0  # CRCs intact
+        for p in tmp_path.glob("events.out.tfevents.*")
+    )
 
 
 def test_epochs_the_resume_closes_again_lose_their_summaries(tmp_path):
@@ -74,8 +76,11 @@ def test_summaries_that_cannot_be_written_are_a_plain_error(tmp_path):
     with tmpfs(tmp_path / "disk", "size=64k") as disk:
         writer = events.writer(disk / "logs")
         fill_disk(disk)
-        with pytest.raises(DistcoreError, match=rf"^cannot write TensorBoard logs in {disk / 'logs'}: "
-                                                "No space left on device\\.$"):
+        with pytest.raises(
+            DistcoreError,
+            match=rf"^cannot write TensorBoard logs in {disk / 'logs'}: "
+            "No space left on device\\.$",
+        ):
             with events.summaries(writer, disk / "logs"):
                 for step in range(100):
                     tf.summary.scalar("train/loss", 1.0, step=step)
@@ -85,8 +90,11 @@ def test_summaries_that_cannot_be_written_are_a_plain_error(tmp_path):
 def summaries(folder):
     """(tag, step, value, plugin name) of every summary TensorBoard reads in `folder`."""
     reader = read(folder)
-    return [(tag, e.step, float(tf.make_ndarray(e.tensor_proto)), reader.SummaryMetadata(tag).plugin_data.plugin_name)
-            for tag in reader.Tags()["tensors"] for e in reader.Tensors(tag)]
+    return [
+        (tag, e.step, float(tf.make_ndarray(e.tensor_proto)), reader.SummaryMetadata(tag).plugin_data.plugin_name)
+        for tag in reader.Tags()["tensors"]
+        for e in reader.Tensors(tag)
+    ]
 
 
 def test_a_chunks_series_is_written_as_tf_summary_scalar_writes_it(tmp_path):
@@ -95,7 +103,9 @@ def test_a_chunks_series_is_written_as_tf_summary_scalar_writes_it(tmp_path):
     # drew TensorFlow's retracing warning from the fifth in one process.
     log(tmp_path / "eager", range(11, 15))
     expected = summaries(tmp_path / "eager")
-    assert [(tag, step, plugin) for tag, step, _, plugin in expected] == [("train/loss", s, "scalars") for s in range(11, 15)]
+    assert [(tag, step, plugin) for tag, step, _, plugin in expected] == [
+        ("train/loss", s, "scalars") for s in range(11, 15)
+    ]
     with tf_warnings() as seen:
         for run in range(6):  # a notebook's sixth run
             writer = events.writer(tmp_path / f"series{run}")

@@ -10,22 +10,36 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_events import tensorboard_steps
 
 from conftest import ROOT, cpus, fill_disk, tmpfs
-from test_events import tensorboard_steps
 from distcore import checkpoints, runs
 from distcore.cluster import Task
 from distcore.config import DistcoreError, TrainConfig
 from distcore.controller import Controller, resume_config
 from distcore.loop import StepRunner
 
-ARGS = ["--replicas", "2", "--train-examples", "2048", "--test-examples", "500", "--checkpoint-every", "10",
-        "--steps-per-loop", "5", "--seed", "6", "--json"]  # 32 steps
+ARGS = [
+    "--replicas",
+    "2",
+    "--train-examples",
+    "2048",
+    "--test-examples",
+    "500",
+    "--checkpoint-every",
+    "10",
+    "--steps-per-loop",
+    "5",
+    "--seed",
+    "6",
+    "--json",
+]  # 32 steps
 
 
 def config():
-    return TrainConfig(devices=cpus(2), train_examples=2048, test_examples=500, checkpoint_every=10,
-                       steps_per_loop=5, seed=6)
+    return TrainConfig(
+        devices=cpus(2), train_examples=2048, test_examples=500, checkpoint_every=10, steps_per_loop=5, seed=6
+    )
 
 
 def weights(run_dir):
@@ -49,8 +63,14 @@ def reference(tmp_path_factory):
 
 def train(run_dir, *extra, script=None, env=None):
     command = [sys.executable, script, "train"] if script else [sys.executable, "-m", "distcore", "train"]
-    return subprocess.Popen(command + ["--run-dir", str(run_dir), *ARGS, *extra], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        command + ["--run-dir", str(run_dir), *ARGS, *extra],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def resume_and_check(run_dir, reference, expected_from):
@@ -90,8 +110,7 @@ def newest_complete(run_dir):
 
 
 def test_sigkill_in_the_middle_of_a_checkpoint_save(tmp_path, reference):
-    proc = train(tmp_path / "r", script=str(ROOT / "tests/helpers/kill_during_save.py"),
-                 env={"KILL_AT_STEP": "20"})
+    proc = train(tmp_path / "r", script=str(ROOT / "tests/helpers/kill_during_save.py"), env={"KILL_AT_STEP": "20"})
     proc.stdout.read()
     assert proc.wait() == -signal.SIGKILL
     folder = tmp_path / "r" / "checkpoints"
@@ -125,11 +144,18 @@ def damage(run_dir, how):
         (folder / "checkpoint").unlink()
 
 
-@pytest.mark.parametrize("how,expected", [
-    ("truncate data", "ckpt-10"), ("flip a byte", "ckpt-10"), ("empty index", "ckpt-10"),
-    ("delete data", "ckpt-10"), ("delete checkpoint", "ckpt-10"),
-    ("corrupt state file", "ckpt-20"), ("delete state file", "ckpt-20"),
-])
+@pytest.mark.parametrize(
+    "how,expected",
+    [
+        ("truncate data", "ckpt-10"),
+        ("flip a byte", "ckpt-10"),
+        ("empty index", "ckpt-10"),
+        ("delete data", "ckpt-10"),
+        ("delete checkpoint", "ckpt-10"),
+        ("corrupt state file", "ckpt-20"),
+        ("delete state file", "ckpt-20"),
+    ],
+)
 def test_damaged_newest_checkpoint_falls_back_and_says_so(tmp_path, how, expected):
     run_dir = tmp_path / "r"
     Controller(config().replace(max_steps=20), run_dir).run()
@@ -151,9 +177,11 @@ def test_damaged_newest_checkpoint_falls_back_and_says_so(tmp_path, how, expecte
 
 
 # What a restore under MultiWorkerMirroredStrategy raises when a peer dies in it (from a real run).
-LOST_PEER = ("{{function_node __wrapped__CollectiveReduceV2_device_/job:worker/replica:0/task:0/device:CPU:0}} "
-             "Collective ops is aborted by: The following tasks are unhealthy (stopped sending heartbeats): "
-             "/job:worker/replica:0/task:1")
+LOST_PEER = (
+    "{{function_node __wrapped__CollectiveReduceV2_device_/job:worker/replica:0/task:0/device:CPU:0}} "
+    "Collective ops is aborted by: The following tasks are unhealthy (stopped sending heartbeats): "
+    "/job:worker/replica:0/task:1"
+)
 
 
 @pytest.mark.parametrize("error", [tf.errors.UnavailableError, tf.errors.InternalError, tf.errors.CancelledError])
@@ -185,8 +213,10 @@ def test_a_cluster_worker_that_loses_a_peer_while_restoring_says_the_cluster_fai
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"event": "checkpoint", "step": 10}) + "\n")
     with pytest.raises(DistcoreError) as caught:
         worker.restore(lambda message: None)
-    assert str(caught.value) == ("worker 1: the cluster lost a peer or a collective failed "  # (not TF's node name)
-                                 f"(UnavailableError: {LOST_PEER.split('}} ')[1]}).")
+    assert str(caught.value) == (
+        "worker 1: the cluster lost a peer or a collective failed "  # (not TF's node name)
+        f"(UnavailableError: {LOST_PEER.split('}} ')[1]})."
+    )
 
 
 @pytest.fixture
@@ -219,7 +249,9 @@ def test_a_disk_full_before_set_up_is_a_clear_error_and_a_failure_is_still_recor
         (mount / "old").mkdir()
         runs.write_status(mount / "old", {"state": "starting", "pid": 1, "step": 0})
         fill_disk(mount)
-        with pytest.raises(DistcoreError, match=r"^cannot write to the run directory .*new: No space left on device\.$"):
+        with pytest.raises(
+            DistcoreError, match=r"^cannot write to the run directory .*new: No space left on device\.$"
+        ):
             Controller(config(), mount / "new")
         runs.write_status(mount / "old", {"state": "failed", "message": "No space left on device.", "step": 0})
         assert runs.read_status(mount / "old")["state"] == "failed"
@@ -253,11 +285,28 @@ def test_a_metrics_log_that_cannot_grow_fails_the_run_plainly(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))  # Python ignores SIGXFSZ: EFBIG
 
     run_dir = tmp_path / "r"
-    result = subprocess.run([sys.executable, "-m", "distcore", "train", "--run-dir", str(run_dir),
-                             "--train-examples", "6000", "--test-examples", "200", "--steps-per-loop", "5"],
-                            cwd=ROOT, preexec_fn=small_files, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(tmp_path),
-                                 "PYTHONDONTWRITEBYTECODE": "1"})  # (a .pyc cut at 8000 bytes is kept)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run_dir),
+            "--train-examples",
+            "6000",
+            "--test-examples",
+            "200",
+            "--steps-per-loop",
+            "5",
+        ],
+        cwd=ROOT,
+        preexec_fn=small_files,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"},
+    )  # (a .pyc cut at 8000 bytes is kept)
     message = f"cannot write {run_dir / 'metrics.jsonl'}: File too large."
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip().splitlines()[-1] == f"error: {message}"

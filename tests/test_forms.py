@@ -1,5 +1,6 @@
 """distcore.forms and distcore.explain: form values -> TrainConfig -> command line -> the CLI's
 parser -> the same TrainConfig; the resume rules in the form's words. No Gradio, no TensorFlow."""
+
 import dataclasses
 import subprocess
 import sys
@@ -28,10 +29,25 @@ def parsed_train(args: list[str], tmp_path) -> TrainConfig:
 
 CONFIGS = [
     TrainConfig(devices=("cpu:0", "cpu:1")),
-    TrainConfig(devices=("cpu:0", "cpu:1", "cpu:2"), global_batch=96, epochs=3, max_steps=500, seed=7,
-                steps_per_loop=5, checkpoint_every=30, keep_checkpoints=2, model="mlp", optimizer="sgd",
-                learning_rate=0.05, l2=0.001, policy="data", api="function", drop_remainder=True,
-                train_examples=6000, test_examples=500),
+    TrainConfig(
+        devices=("cpu:0", "cpu:1", "cpu:2"),
+        global_batch=96,
+        epochs=3,
+        max_steps=500,
+        seed=7,
+        steps_per_loop=5,
+        checkpoint_every=30,
+        keep_checkpoints=2,
+        model="mlp",
+        optimizer="sgd",
+        learning_rate=0.05,
+        l2=0.001,
+        policy="data",
+        api="function",
+        drop_remainder=True,
+        train_examples=6000,
+        test_examples=500,
+    ),
     TrainConfig(devices=("cpu:0",), workers=2, policy="data", max_steps=12, train_examples=640),
 ]
 
@@ -53,49 +69,137 @@ def test_every_training_flag_of_the_cli_is_one_the_builder_knows():
 
 
 def test_the_apps_command_lines_are_the_ones_it_always_sent():
-    cfg = forms.train_config((), 2, [], 64, "auto", "dataset", "cnn", "adam", 0.001, 1, 20, 5, 0, 0, 2048, 500,
-                             False, 1, 0)
+    cfg = forms.train_config(
+        (), 2, [], 64, "auto", "dataset", "cnn", "adam", 0.001, 1, 20, 5, 0, 0, 2048, 500, False, 1, 0
+    )
     assert forms.train_args(cfg) == [
-        "--devices", "cpu:0,cpu:1", "--global-batch", "64", "--epochs", "1", "--max-steps", "20", "--seed", "0",
-        "--steps-per-loop", "5", "--checkpoint-every", "0", "--keep-checkpoints", "0", "--model", "cnn",
-        "--optimizer", "adam", "--learning-rate", "0.001", "--policy", "auto", "--api", "dataset",
-        "--train-examples", "2048", "--test-examples", "500"]
+        "--devices",
+        "cpu:0,cpu:1",
+        "--global-batch",
+        "64",
+        "--epochs",
+        "1",
+        "--max-steps",
+        "20",
+        "--seed",
+        "0",
+        "--steps-per-loop",
+        "5",
+        "--checkpoint-every",
+        "0",
+        "--keep-checkpoints",
+        "0",
+        "--model",
+        "cnn",
+        "--optimizer",
+        "adam",
+        "--learning-rate",
+        "0.001",
+        "--policy",
+        "auto",
+        "--api",
+        "dataset",
+        "--train-examples",
+        "2048",
+        "--test-examples",
+        "500",
+    ]
     assert forms.resume_args(cfg.replace(epochs=3)) == [
-        "--devices", "cpu:0,cpu:1", "--epochs", "3", "--max-steps", "20", "--steps-per-loop", "5",
-        "--checkpoint-every", "0", "--keep-checkpoints", "0"]
+        "--devices",
+        "cpu:0,cpu:1",
+        "--epochs",
+        "3",
+        "--max-steps",
+        "20",
+        "--steps-per-loop",
+        "5",
+        "--checkpoint-every",
+        "0",
+        "--keep-checkpoints",
+        "0",
+    ]
 
 
 def test_resume_flags_parse_back_to_the_resumable_fields(tmp_path):
-    cfg = TrainConfig(devices=("cpu:0", "cpu:1", "cpu:2"), epochs=3, max_steps=0, steps_per_loop=10,
-                      checkpoint_every=30, keep_checkpoints=4)
-    ns = cli.build_parser().parse_args(["train", "--run-dir", str(tmp_path / "r"), "--resume",
-                                        *forms.resume_args(cfg)])
+    cfg = TrainConfig(
+        devices=("cpu:0", "cpu:1", "cpu:2"),
+        epochs=3,
+        max_steps=0,
+        steps_per_loop=10,
+        checkpoint_every=30,
+        keep_checkpoints=4,
+    )
+    ns = cli.build_parser().parse_args(["train", "--run-dir", str(tmp_path / "r"), "--resume", *forms.resume_args(cfg)])
     given = {k: v for k, v in cli.train_flags(ns).items()}
-    assert given == {"epochs": "3", "max_steps": "0", "steps_per_loop": "10", "checkpoint_every": "30",
-                     "keep_checkpoints": "4"}
+    assert given == {
+        "epochs": "3",
+        "max_steps": "0",
+        "steps_per_loop": "10",
+        "checkpoint_every": "30",
+        "keep_checkpoints": "4",
+    }
     assert cli.device_names(ns) == cfg.devices
 
 
 def test_a_split_on_workers_goes_through_the_command_line_and_comes_back_the_same():
-    for cfg in (SplitConfig(examples=12, global_batch=4, devices=("cpu:0",), policy="data", files=2, workers=2),
-                SplitConfig(examples=12, global_batch=6, devices=("cpu:0",), api="function", drop_remainder=True,
-                            workers=3, shuffle_seed=5)):
+    for cfg in (
+        SplitConfig(examples=12, global_batch=4, devices=("cpu:0",), policy="data", files=2, workers=2),
+        SplitConfig(
+            examples=12,
+            global_batch=6,
+            devices=("cpu:0",),
+            api="function",
+            drop_remainder=True,
+            workers=3,
+            shuffle_seed=5,
+        ),
+    ):
         args = forms.split_args(cfg)
         ns = cli.build_parser().parse_args(args)
-        request = {"examples": ns.examples, "global_batch": ns.global_batch, "policy": ns.policy, "api": ns.api,
-                   "drop_remainder": ns.drop_remainder, "files": ns.files, "shuffle_seed": ns.shuffle_seed,
-                   "workers": int(ns.workers)}  # as cmd_split reads them
+        request = {
+            "examples": ns.examples,
+            "global_batch": ns.global_batch,
+            "policy": ns.policy,
+            "api": ns.api,
+            "drop_remainder": ns.drop_remainder,
+            "files": ns.files,
+            "shuffle_seed": ns.shuffle_seed,
+            "workers": int(ns.workers),
+        }  # as cmd_split reads them
         assert cli.split_config(request, ("cpu:0",)) == cfg
 
 
 def test_form_values_become_a_checked_config():
-    form = dict(count=2, boxes=[], batch=64, policy="auto", api="dataset", model="cnn", optimizer="adam",
-                lr=0.001, epochs=1, max_steps=None, steps_per_loop=5, ckpt_every=None, seed=None,
-                train_examples=2048, test_examples=500, drop=None, workers=1, ckpt_keep=None)
+    form = dict(
+        count=2,
+        boxes=[],
+        batch=64,
+        policy="auto",
+        api="dataset",
+        model="cnn",
+        optimizer="adam",
+        lr=0.001,
+        epochs=1,
+        max_steps=None,
+        steps_per_loop=5,
+        ckpt_every=None,
+        seed=None,
+        train_examples=2048,
+        test_examples=500,
+        drop=None,
+        workers=1,
+        ckpt_keep=None,
+    )
     cfg = forms.train_config((), *form.values())
     assert cfg == TrainConfig(devices=("cpu:0", "cpu:1"), steps_per_loop=5, train_examples=2048, test_examples=500)
-    assert forms.form_values(cfg) == {**{k: v for k, v in form.items() if k not in ("count", "boxes")},
-                                      "max_steps": 0, "ckpt_every": 0, "seed": 0, "drop": False, "ckpt_keep": 0}
+    assert forms.form_values(cfg) == {
+        **{k: v for k, v in form.items() if k not in ("count", "boxes")},
+        "max_steps": 0,
+        "ckpt_every": 0,
+        "seed": 0,
+        "drop": False,
+        "ckpt_keep": 0,
+    }
     two = forms.train_config((), *{**form, "workers": 2, "count": 5}.values())
     assert two.devices == ("cpu:0",) and two.workers == 2  # one CPU replica per worker process
     on_gpus = forms.train_config(("gpu:0", "gpu:1"), *{**form, "boxes": ["gpu:1"]}.values())
@@ -112,15 +216,20 @@ def test_a_resume_may_change_only_the_resumable_fields_and_says_which_in_the_for
     form = TrainConfig(devices=("cpu:0", "cpu:1", "cpu:2"), train_examples=6000, epochs=3, keep_checkpoints=4)
     wanted = forms.resumed_config("ra", saved, form)
     assert wanted.l2 == 0.001  # the form has no L2 field: the run's is kept
-    assert forms.resume_changes(saved, wanted) == ["epochs 1 → 3", "checkpoints kept 0 (all) → 4",
-                                                   "devices cpu:0,cpu:1 → cpu:0,cpu:1,cpu:2"]
+    assert forms.resume_changes(saved, wanted) == [
+        "epochs 1 → 3",
+        "checkpoints kept 0 (all) → 4",
+        "devices cpu:0,cpu:1 → cpu:0,cpu:1,cpu:2",
+    ]
     with pytest.raises(DistcoreError) as refused:
         forms.resumed_config("ra", saved, form.replace(model="mlp", global_batch=128))
     assert str(refused.value).startswith(
-        "Setup differs from run ra in model (the run: cnn, Setup: mlp), global batch size (the run: 64, Setup: 128)")
+        "Setup differs from run ra in model (the run: cnn, Setup: mlp), global batch size (the run: 64, Setup: 128)"
+    )
     assert str(refused.value).endswith(
         "A resume may change only epochs, max steps, steps per loop, checkpoint interval, checkpoints kept, "
-        "devices and worker processes.")
+        "devices and worker processes."
+    )
     # The rule is TrainConfig's own: the form passes on exactly what it allows, less the data folder.
     assert set(forms.FORM_RESUMABLE) == set(TrainConfig.RESUMABLE) - {"data_dir"}
     assert forms.shown("max_steps", 0) == "no limit" and forms.shown("devices", ("cpu:0",)) == "cpu:0"
@@ -135,14 +244,19 @@ def test_explanations_of_batch_cuts_and_stops():
         explain.batch_note((), None, 2, [])
     assert explain.stop_point({"steps_per_loop": 1}) == (
         "it stops at the end of the current loop (steps per loop: 1 step; a process's first loop is its first "
-        "step), saves a checkpoint and exits.")
+        "step), saves a checkpoint and exits."
+    )
     assert explain.before_training_stop("r", []) == (
-        "Stopping **r**: training has not begun, so it exits at step 0 with nothing to save.")
+        "Stopping **r**: training has not begun, so it exits at step 0 with nothing to save."
+    )
     assert explain.before_training_stop("r", ["ckpt-5", "ckpt-140"]).endswith(
-        "exits at step 140, where it resumed from; its checkpoint ckpt-140 stays.")
+        "exits at step 140, where it resumed from; its checkpoint ckpt-140 stays."
+    )
 
 
 def test_the_library_modules_import_neither_gradio_nor_tensorflow():
-    code = ("import sys; from distcore import forms, explain, follow, joblimit; "
-            "bad = [m for m in ('gradio', 'tensorflow') if m in sys.modules]; assert not bad, bad")
+    code = (
+        "import sys; from distcore import forms, explain, follow, joblimit; "
+        "bad = [m for m in ('gradio', 'tensorflow') if m in sys.modules]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)

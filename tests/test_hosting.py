@@ -4,6 +4,7 @@ A Gradio upgrade fails these tests on purpose: each patch is written for one ver
 shape of the function it wraps, so an upgrade re-examines every patch (keep it, change it, or drop
 it when Gradio fixes the bug itself), then moves GRADIO_VERSION and the shapes below.
 """
+
 import inspect
 import subprocess
 import sys
@@ -51,11 +52,13 @@ def test_a_sessions_copy_of_a_component_keeps_the_id_it_stands_for():
 
 
 def test_the_ui_package_imports_no_tensorflow(tmp_path):
-    code = ("import sys, importlib, pkgutil, webapp\n"
-            "for m in pkgutil.iter_modules(webapp.__path__): importlib.import_module('webapp.' + m.name)\n"
-            "from webapp.shell import build_app\n"
-            "build_app(runs_root=sys.argv[1], devices_info={'gpus': []})\n"
-            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n")
+    code = (
+        "import sys, importlib, pkgutil, webapp\n"
+        "for m in pkgutil.iter_modules(webapp.__path__): importlib.import_module('webapp.' + m.name)\n"
+        "from webapp.shell import build_app\n"
+        "build_app(runs_root=sys.argv[1], devices_info={'gpus': []})\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
+    )
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, check=True, timeout=120)
 
 

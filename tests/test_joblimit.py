@@ -1,4 +1,5 @@
 """distcore.joblimit: the job limit holds across app processes on one runs folder. No TensorFlow."""
+
 import subprocess
 import sys
 import threading
@@ -55,8 +56,10 @@ def test_a_second_slot_on_the_same_folder_waits_for_the_first(tmp_path, monkeypa
         started.append("first")
     other.join(timeout=10)
     assert started == ["first"]
-    assert refused == ["1 training job(s) are already running (first), and this server allows 1 at a time. "
-                       "Stop one, or wait until one finishes."]
+    assert refused == [
+        "1 training job(s) are already running (first), and this server allows 1 at a time. "
+        "Stop one, or wait until one finishes."
+    ]
 
 
 def test_a_busy_run_is_refused_before_the_limit(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 Real TensorFlow in subprocesses, on short trainings over real Fashion-MNIST.
 """
+
 import contextlib
 import json
 import os
@@ -17,11 +18,33 @@ from conftest import fill_disk, tmpfs, wait_for
 from distcore import jobs, runs, stopping
 from distcore.config import DistcoreError
 
-SHORT = ["--replicas", "2", "--global-batch", "64", "--train-examples", "2048",
-         "--test-examples", "1000", "--max-steps", "20", "--steps-per-loop", "5"]
+SHORT = [
+    "--replicas",
+    "2",
+    "--global-batch",
+    "64",
+    "--train-examples",
+    "2048",
+    "--test-examples",
+    "1000",
+    "--max-steps",
+    "20",
+    "--steps-per-loop",
+    "5",
+]
 # Long enough to be stopped part-way: 938 steps at ~1000 examples/s.
-LONG = ["--replicas", "2", "--global-batch", "64", "--train-examples", "60000",
-        "--test-examples", "500", "--steps-per-loop", "5"]
+LONG = [
+    "--replicas",
+    "2",
+    "--global-batch",
+    "64",
+    "--train-examples",
+    "60000",
+    "--test-examples",
+    "500",
+    "--steps-per-loop",
+    "5",
+]
 
 
 def no_zombie_children():
@@ -47,9 +70,9 @@ def planner():
 
 
 def test_options_to_args():
-    assert jobs.options_to_args({"global_batch": 64, "drop_remainder": True, "max_steps": None,
-                                 "devices": ["cpu:0", "cpu:1"], "resume": False}) == [
-        "--global-batch", "64", "--drop-remainder", "--devices", "cpu:0,cpu:1"]
+    assert jobs.options_to_args(
+        {"global_batch": 64, "drop_remainder": True, "max_steps": None, "devices": ["cpu:0", "cpu:1"], "resume": False}
+    ) == ["--global-batch", "64", "--drop-remainder", "--devices", "cpu:0,cpu:1"]
     assert jobs.options_to_args(["--epochs", 2]) == ["--epochs", "2"]
 
 
@@ -90,8 +113,9 @@ def test_start_training_refuses_bad_run_names(tmp_path, name):
 @pytest.mark.parametrize("flag", [["--run-dir", "runs/x"], ["--run-dir=runs/x"]])
 def test_a_trainer_is_recognised_by_a_relative_run_dir_in_either_form(tmp_path, flag):
     # A stand-in with a trainer's command line, started in tmp_path as a CLI user would.
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", "train", *flag],
-                            cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", "train", *flag], cwd=tmp_path
+    )
     try:
         assert wait_for(lambda: "train" in jobs.pid_cmdline(proc.pid), timeout=10)
         assert jobs.is_train_process(proc.pid, tmp_path / "runs" / "x")
@@ -170,37 +194,50 @@ def test_a_run_that_could_not_write_its_status_shows_the_failure_its_log_holds(t
     run_dir.mkdir()
     log = runs.MetricsLog(run_dir)
     log.write({"event": "start", "step": 0, "message": "training 376 steps on cpu:0"})
-    runs.write_json_atomic(run_dir / "status.json", {"state": "running", "pid": os.getpid(), "step": 60,
-                                                     "total_steps": 376, "time": time.time()})
+    runs.write_json_atomic(
+        run_dir / "status.json",
+        {"state": "running", "pid": os.getpid(), "step": 60, "total_steps": 376, "time": time.time()},
+    )
     assert jobs.job_progress(run_dir).state == "died"  # gone, and its log does not say why
     time.sleep(0.01)
     log.write({"event": "failed", "step": 80, "message": "cannot write status.json: No space left on device."})
     log.close()
     shown = jobs.job_progress(run_dir)
     assert (shown.state, shown.step, shown.message) == (
-        "failed", 80, "cannot write status.json: No space left on device.")
+        "failed",
+        80,
+        "cannot write status.json: No space left on device.",
+    )
     assert jobs.run_state(run_dir) == "failed"  # the run pickers' label
     # A failure logged before the status was written is an earlier process's: this one died.
-    runs.write_json_atomic(run_dir / "status.json", {"state": "starting", "pid": os.getpid(), "step": 80,
-                                                     "total_steps": 376, "time": time.time()})
+    runs.write_json_atomic(
+        run_dir / "status.json",
+        {"state": "starting", "pid": os.getpid(), "step": 80, "total_steps": 376, "time": time.time()},
+    )
     assert jobs.job_progress(run_dir).state == "died" and jobs.run_state(run_dir) == "died"
     # When metrics.jsonl cannot be written either (5 of 12 full disks), the error: line the
     # process ended train.log with says why.
     with open(run_dir / "metrics.jsonl", "a") as log:
-        log.write(json.dumps({"step": 81, "epoch": 1, "loss": 0.5, "examples": 64}) + "\n{\"step\": 8")  # torn
+        log.write(json.dumps({"step": 81, "epoch": 1, "loss": 0.5, "examples": 64}) + '\n{"step": 8')  # torn
     time.sleep(0.05)  # (a file's time comes from a coarser clock than time.time())
-    (run_dir / jobs.LOG_FILE).write_text("$ distcore train ...\nerror: cannot write metrics.jsonl: No space left.\n"
-                                        "I0000 00:00:1795527809 port.cc:153] oneDNN custom operations are on.\n")
+    (run_dir / jobs.LOG_FILE).write_text(
+        "$ distcore train ...\nerror: cannot write metrics.jsonl: No space left.\n"
+        "I0000 00:00:1795527809 port.cc:153] oneDNN custom operations are on.\n"
+    )
     shown = jobs.job_progress(run_dir)
     assert (shown.state, shown.step, shown.message) == ("failed", 81, "cannot write metrics.jsonl: No space left.")
     assert jobs.run_state(run_dir) == "failed"
     # A damaged status.json (cut short by hand) does not read "unknown": the logs say how it ended.
     (run_dir / "status.json").write_text('{"state": "runn')
     assert (jobs.run_state(run_dir), jobs.job_progress(run_dir).message) == (  # the metrics' last event
-        "failed", "cannot write status.json: No space left on device.")
+        "failed",
+        "cannot write status.json: No space left on device.",
+    )
     (run_dir / "metrics.jsonl").unlink()
     assert (jobs.run_state(run_dir), jobs.job_progress(run_dir).message) == (  # train.log's error: line
-        "failed", "cannot write metrics.jsonl: No space left.")
+        "failed",
+        "cannot write metrics.jsonl: No space left.",
+    )
     (run_dir / jobs.LOG_FILE).unlink()
     assert jobs.run_state(run_dir) == "unknown"
 
@@ -210,8 +247,11 @@ def test_a_full_runs_folder_is_a_plain_error_and_leaves_no_empty_run(tmp_path):
     # which the page shows as a bare "Error"), and no empty folder stays behind.
     with tmpfs(tmp_path / "disk", "size=64k,nr_inodes=16") as disk:
         fill_disk(disk)
-        with pytest.raises(DistcoreError, match=rf"^cannot write to the run directory {disk / 'new'}: "
-                                                "No space left on device\.$"):
+        with pytest.raises(
+            DistcoreError,
+            match=rf"^cannot write to the run directory {disk / 'new'}: "
+            r"No space left on device\.$",
+        ):
             jobs.start_training(disk, "new", ["--train-examples", "640"])
         assert not (disk / "new").exists()
         for i in range(200):  # and the inodes: an automatic name's folder cannot be made either
@@ -224,7 +264,9 @@ def test_a_full_runs_folder_is_a_plain_error_and_leaves_no_empty_run(tmp_path):
 def test_a_cli_call_killed_by_a_signal_says_so(monkeypatch):
     # A CLI call the OOM killer took is named as killed, not "distcore exited with code -9:
     # I0000 ... oneDNN custom operations are on ...".
-    killed = "import os, signal, sys; print('I0000 00:00 port.cc:153] oneDNN', file=sys.stderr); os.kill(os.getpid(), 9)"
+    killed = (
+        "import os, signal, sys; print('I0000 00:00 port.cc:153] oneDNN', file=sys.stderr); os.kill(os.getpid(), 9)"
+    )
     monkeypatch.setattr(jobs, "cli_command", lambda *args: [sys.executable, "-c", killed])
     with pytest.raises(DistcoreError, match=r"^the distcore process was killed by SIGKILL \(out of memory\?\)$"):
         jobs.run_cli_json(["evaluate"])
@@ -280,8 +322,7 @@ def test_the_apps_sigterm_waits_for_a_loading_run_and_names_runs_still_going(tmp
     assert jobs.stop_own_runs(tmp_path) == (["early"], [])  # signalled once its handler was in place
     assert runs.read_status(tmp_path / "early")["message"] == stopping.BEFORE_TRAINING
     jobs.start_training(tmp_path, "long", LONG)
-    assert wait_for(lambda: jobs.ready_to_stop(tmp_path / "long", jobs.launched_pid(tmp_path / "long")),
-                    timeout=120)
+    assert wait_for(lambda: jobs.ready_to_stop(tmp_path / "long", jobs.launched_pid(tmp_path / "long")), timeout=120)
     assert jobs.stop_own_runs(tmp_path, timeout=0) == ([], ["long"])  # no time to end: named as going
     assert jobs.wait_until_done(tmp_path / "long", timeout=120)
     assert runs.read_status(tmp_path / "long")["state"] == "stopped"
@@ -292,13 +333,34 @@ def test_right_after_a_resume_the_previous_processs_status_is_not_shown_as_live(
     # process's "running · step 200 / 564 · 5,599 examples/s · ETA 9s".
     run_dir = tmp_path / "again"
     run_dir.mkdir()
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    runs.write_json_atomic(run_dir / "status.json", {"state": "running", "pid": int(gone), "step": 200,
-                                                     "total_steps": 564, "examples_per_sec": 5599.0,
-                                                     "eta_seconds": 9.0, "time": time.time()})
-    resumed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", "train",
-                                "--run-dir", str(run_dir), "--resume"])  # a stand-in, setting up
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    runs.write_json_atomic(
+        run_dir / "status.json",
+        {
+            "state": "running",
+            "pid": int(gone),
+            "step": 200,
+            "total_steps": 564,
+            "examples_per_sec": 5599.0,
+            "eta_seconds": 9.0,
+            "time": time.time(),
+        },
+    )
+    resumed = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(60)",
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run_dir),
+            "--resume",
+        ]
+    )  # a stand-in, setting up
     try:
         assert wait_for(lambda: "train" in jobs.pid_cmdline(resumed.pid), timeout=10)
         (run_dir / jobs.JOB_FILE).write_text(json.dumps({"pid": resumed.pid, "resume": True}))
@@ -333,13 +395,35 @@ def test_a_training_process_that_makes_no_progress_is_named_as_stuck(tmp_path, m
 
 
 # Two worker processes of one MultiWorkerMirroredStrategy, 400 steps: long enough to stop part-way.
-PAIR = ["--global-batch", "64", "--train-examples", "12800", "--test-examples", "500", "--epochs", "2",
-        "--steps-per-loop", "5", "--seed", "3"]
+PAIR = [
+    "--global-batch",
+    "64",
+    "--train-examples",
+    "12800",
+    "--test-examples",
+    "500",
+    "--epochs",
+    "2",
+    "--steps-per-loop",
+    "5",
+    "--seed",
+    "3",
+]
 
 
 # Two workers, 10 steps: a short run to resume.
-SMALL_PAIR = ["--global-batch", "64", "--train-examples", "640", "--test-examples", "200", "--epochs", "1",
-              "--steps-per-loop", "5"]
+SMALL_PAIR = [
+    "--global-batch",
+    "64",
+    "--train-examples",
+    "640",
+    "--test-examples",
+    "200",
+    "--epochs",
+    "1",
+    "--steps-per-loop",
+    "5",
+]
 
 
 def child_pids(pid) -> list[int]:
@@ -380,9 +464,12 @@ def test_the_apps_stop_of_a_cli_cluster_reaches_its_launcher(tmp_path):
     # A `cluster` from the CLI has no job.json and its status names the chief: the app's stop
     # reaches the launcher, which exits 143, so `cluster ... && next` does not go on.
     run_dir = tmp_path / "pair"
-    launcher = subprocess.Popen([sys.executable, "-m", "distcore", "cluster", "--workers", "2", "--run-dir",
-                                 str(run_dir), *PAIR], cwd=jobs.REPO_ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "distcore", "cluster", "--workers", "2", "--run-dir", str(run_dir), *PAIR],
+        cwd=jobs.REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert wait_for(lambda: runs.last_logged_step(run_dir) >= 10, timeout=180)
         assert runs.read_status(run_dir)["pid"] != launcher.pid  # the chief's
@@ -459,8 +546,9 @@ def test_a_resume_killed_while_it_sets_up_shows_the_runs_own_total(tmp_path):
 def stand_in(run_dir, command: str):
     """A process whose command line reads as `distcore COMMAND --run-dir RUN_DIR`, sleeping."""
     run_dir.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", command,
-                             "--run-dir", str(run_dir)])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore", command, "--run-dir", str(run_dir)]
+    )
     try:
         assert wait_for(lambda: command in jobs.pid_cmdline(proc.pid), timeout=10)
         yield proc
@@ -476,8 +564,10 @@ def test_a_stopped_run_whose_cluster_is_still_exiting_is_not_called_training(tmp
         (run_dir / jobs.JOB_FILE).write_text(json.dumps({"pid": proc.pid}))
         (run_dir / "config.json").write_text("{}")
         runs.write_json_atomic(run_dir / "status.json", {"state": "stopped", "pid": 1})
-        message = (f"run 'pair' has stopped, but its process {proc.pid} is still shutting down (a cluster waits "
-                   "for its workers to exit); try again in a few seconds.")
+        message = (
+            f"run 'pair' has stopped, but its process {proc.pid} is still shutting down (a cluster waits "
+            "for its workers to exit); try again in a few seconds."
+        )
         with pytest.raises(DistcoreError) as refused:
             jobs.start_training(tmp_path, "pair", [], resume=True, workers=2)
         assert str(refused.value) == message
@@ -493,17 +583,23 @@ def test_a_run_a_library_caller_trains_is_active_and_the_app_does_not_signal_it(
     # process, and Stop does not SIGTERM (which would end the caller's program).
     run_dir = tmp_path / "lib"
     run_dir.mkdir()
-    holder = ("import sys, time; from distcore import runs; lock = runs.RunLock(sys.argv[1]); "
-              "runs.write_json_atomic(sys.argv[1] + '/status.json', {'state': 'running', 'pid': __import__('os').getpid()}); "
-              "print('held', flush=True); time.sleep(60)")
-    proc = subprocess.Popen([sys.executable, "-c", holder, str(run_dir)], cwd=jobs.REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    holder = (
+        "import sys, time; from distcore import runs; lock = runs.RunLock(sys.argv[1]); "
+        "runs.write_json_atomic(sys.argv[1] + '/status.json', {'state': 'running', 'pid': __import__('os').getpid()}); "
+        "print('held', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", holder, str(run_dir)], cwd=jobs.REPO_ROOT, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline() == "held\n"
         assert runs.lock_holder(run_dir) == proc.pid
         assert jobs.run_state(run_dir) == "running" and jobs.job_pid(run_dir) == proc.pid
         with pytest.raises(DistcoreError, match=f"still training \\(process {proc.pid}\\)") as refused:
             jobs.check_not_training(run_dir)  # (the CLI's resume): no "kill -TERM", which would end a kernel
-        assert "kill" not in str(refused.value) and "a Python program that uses distcore as a library" in str(refused.value)
+        assert "kill" not in str(refused.value) and "a Python program that uses distcore as a library" in str(
+            refused.value
+        )
         assert "close() or del a Controller made and not run" in str(refused.value)  # (Ctrl-C alone frees none)
         with pytest.raises(DistcoreError, match="uses distcore as a library: stop it there"):
             jobs.stop_training(run_dir)
@@ -517,25 +613,32 @@ def test_a_run_a_library_caller_trains_is_active_and_the_app_does_not_signal_it(
 def test_no_speed_or_eta_is_shown_from_a_chunk_that_traced_or_a_previous_process(tmp_path):
     run_dir = tmp_path / "r"
     with stand_in(run_dir, "train") as proc:
-        resumed = [{"step": 20, "loss": 1.0, "examples": 64, "examples_per_sec": 900.0}, {"event": "resume", "step": 20},
-                   {"step": 21, "loss": 1.0, "examples": 64, "examples_per_sec": 12.0}]  # the first chunk traced
+        resumed = [
+            {"step": 20, "loss": 1.0, "examples": 64, "examples_per_sec": 900.0},
+            {"event": "resume", "step": 20},
+            {"step": 21, "loss": 1.0, "examples": 64, "examples_per_sec": 12.0},
+        ]  # the first chunk traced
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in resumed))
-        for status in ({"state": "running", "examples_per_sec": None, "eta_seconds": None},  # as the trainer writes it
-                       {"state": "starting", "examples_per_sec": 900.0, "eta_seconds": 30}):  # the last process's
+        for status in (
+            {"state": "running", "examples_per_sec": None, "eta_seconds": None},  # as the trainer writes it
+            {"state": "starting", "examples_per_sec": 900.0, "eta_seconds": 30},
+        ):  # the last process's
             runs.write_json_atomic(run_dir / "status.json", {**status, "pid": proc.pid, "step": 21})
             p = jobs.job_progress(run_dir)
             assert p.active and (p.examples_per_sec, p.eta_seconds) == (None, None), status
-        runs.write_json_atomic(run_dir / "status.json", {"state": "running", "pid": proc.pid,
-                                                         "examples_per_sec": 950.0, "eta_seconds": 8})
+        runs.write_json_atomic(
+            run_dir / "status.json", {"state": "running", "pid": proc.pid, "examples_per_sec": 950.0, "eta_seconds": 8}
+        )
         assert (jobs.job_progress(run_dir).examples_per_sec, jobs.job_progress(run_dir).eta_seconds) == (950.0, 8)
     # Ended: the run's examples over its loops' time, each process's first loop (it traced) left out.
     runs.write_json_atomic(run_dir / "status.json", {"state": "stopped", "pid": proc.pid})
     assert jobs.job_progress(run_dir).examples_per_sec == 900.0
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in resumed[1:]))
     assert jobs.job_progress(run_dir).examples_per_sec is None
-    loops = [{"event": "start", "step": 0}] + [{"step": s, "loss": 1.0, "examples": 64, "examples_per_sec": rate}
-                                               for s, rate in ((1, 7.0), (2, 7.0), (3, 1000.0), (4, 1000.0),
-                                                               (5, 500.0), (6, 500.0))]
+    loops = [{"event": "start", "step": 0}] + [
+        {"step": s, "loss": 1.0, "examples": 64, "examples_per_sec": rate}
+        for s, rate in ((1, 7.0), (2, 7.0), (3, 1000.0), (4, 1000.0), (5, 500.0), (6, 500.0))
+    ]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in loops))
     assert jobs.job_progress(run_dir).examples_per_sec == pytest.approx(256 / (2 * 0.064 + 2 * 0.128))
 
@@ -543,8 +646,11 @@ def test_no_speed_or_eta_is_shown_from_a_chunk_that_traced_or_a_previous_process
 def test_a_stopped_run_whose_launcher_still_waits_shows_its_speed(tmp_path, monkeypatch):
     # After a 2-worker run's Stop the chief writes "stopped" while the launcher waits for its
     # workers: the page shows the run's speed meanwhile, not "– examples/s".
-    records = [{"event": "start", "step": 0}, {"step": 1, "loss": 2.0, "examples": 64},
-               {"step": 2, "loss": 1.9, "examples": 64, "examples_per_sec": 5000.0}]
+    records = [
+        {"event": "start", "step": 0},
+        {"step": 1, "loss": 2.0, "examples": 64},
+        {"step": 2, "loss": 1.9, "examples": 64, "examples_per_sec": 5000.0},
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     runs.write_json_atomic(tmp_path / "status.json", {"state": "stopped", "step": 2, "total_steps": 10})
     monkeypatch.setattr(jobs, "job_pid", lambda run_dir: 4242)  # the launcher, still exiting

@@ -21,7 +21,9 @@ def test_the_library_and_the_cli_check_the_batch_and_seed_as_training_does(capsy
     # Issue: a batch of 12000 silently measured the 10000 test images and reported 12000; a batch of 0
     # raised TensorFlow's InvalidArgumentError; --seed 4294967296 raised numpy's ValueError (exit 1).
     for batch in (12000, 0):
-        with pytest.raises(DistcoreError, match=rf"^global batch size \({batch}\) must be a whole number from 1 to 10000"):
+        with pytest.raises(
+            DistcoreError, match=rf"^global batch size \({batch}\) must be a whole number from 1 to 10000"
+        ):
             loss_check(cpus(2), batch)
     seed_error = "seed (4294967296) must be a whole number from 0 to 2147483647."
     with pytest.raises(DistcoreError) as caught:

@@ -12,6 +12,7 @@ Every training start is a TensorFlow process (~5 CPU-seconds to import TensorFlo
 and stop), so the runs are tiny and stopped as soon as the stop is accepted; on 2 cores the
 cycles are CPU-bound, so running more of them at once does not make them faster.
 """
+
 import json
 import math
 import os
@@ -90,11 +91,17 @@ def start_app(home: Path, log):
     root = (home / "runs").resolve()
     root.mkdir()
     port = free_port()
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "DISTCORE_RUNS_DIR": str(root),
-           "DISTCORE_MAX_JOBS": str(MAX_JOBS), "GRADIO_ANALYTICS_ENABLED": "False"}
+    env = {
+        **os.environ,
+        "GRADIO_SERVER_PORT": str(port),
+        "DISTCORE_RUNS_DIR": str(root),
+        "DISTCORE_MAX_JOBS": str(MAX_JOBS),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+    }
     env.pop("GRADIO_SERVER_NAME", None)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=home, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "app.py")], cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
 
     def up():
@@ -157,11 +164,11 @@ def run_concurrently(fn, args_list):
 
 def train_form(epochs=20, max_steps=0, replicas=2):
     """The Start training inputs after the run name (distcore.forms.TRAIN_FORM order): tiny runs."""
-    return [replicas, [], 64, "auto", "dataset", "mlp", "adam", 0.001, epochs, max_steps, 8, 0, 0,
-            512, 100, False, 1]
+    return [replicas, [], 64, "auto", "dataset", "mlp", "adam", 0.001, epochs, max_steps, 8, 0, 0, 512, 100, False, 1]
 
 
 # ---------------------------------------------------------------- the split visualiser
+
 
 def parse_ids(label: str) -> list[int]:
     """'3 examples: 0,1,5–7' -> [0, 1, 5, 6, 7] (plots.format_ids, in the hover text)."""
@@ -177,8 +184,7 @@ def parse_ids(label: str) -> list[int]:
 
 
 # (toy dataset size N, global batch G, replicas R): a different answer for every client.
-SPLITS = [(16, 4, 2), (18, 6, 3), (32, 8, 4), (20, 10, 5), (24, 12, 6), (21, 7, 7), (40, 8, 8),
-          (26, 8, 2)]
+SPLITS = [(16, 4, 2), (18, 6, 3), (32, 8, 4), (20, 10, 5), (24, 12, 6), (21, 7, 7), (40, 8, 8), (26, 8, 2)]
 
 
 def check_split(n, g, r, result):
@@ -221,8 +227,7 @@ def test_eight_clients_each_get_their_own_split(server):
     def ask(c, n, g, r):
         answers = []
         for _ in range(2):  # twice, so the requests of different sessions interleave
-            answers.append(c.predict("toy", n, 60000, g, r, [], "auto", "dataset", False, 0, 1,
-                                     api_name="/show_split"))
+            answers.append(c.predict("toy", n, 60000, g, r, [], "auto", "dataset", False, 0, 1, api_name="/show_split"))
         return answers
 
     started = time.monotonic()
@@ -236,6 +241,7 @@ def test_eight_clients_each_get_their_own_split(server):
 
 # ---------------------------------------------------------------- starting jobs
 
+
 def full_view(result) -> bool:
     """poll_run redrew (a status string) rather than skipping (an update with no value)."""
     return isinstance(result[0], str)
@@ -246,8 +252,9 @@ def test_eight_clients_start_jobs_limit_holds_and_sessions_stay_apart(server):
     clients = [client(url) for _ in range(CLIENTS)]
     names = [f"user{i}" for i in range(CLIENTS)]
     started = time.monotonic()
-    answers = run_concurrently(lambda c, name: c.predict(name, *train_form(), api_name="/start_run"),
-                               list(zip(clients, names)))
+    answers = run_concurrently(
+        lambda c, name: c.predict(name, *train_form(), api_name="/start_run"), list(zip(clients, names))
+    )
     start_seconds = time.monotonic() - started
 
     winners = [i for i, (msg, _) in enumerate(answers) if msg.startswith("Started")]
@@ -275,8 +282,9 @@ def test_eight_clients_start_jobs_limit_holds_and_sessions_stay_apart(server):
     assert "dc-error" in refused and "no-such-run" in refused, refused
 
     # Each winner stops its own run; the limit frees up once the processes have exited.
-    stops = run_concurrently(lambda c, name: c.predict(name, api_name="/stop_run"),
-                             [(clients[i], names[i]) for i in winners])
+    stops = run_concurrently(
+        lambda c, name: c.predict(name, api_name="/stop_run"), [(clients[i], names[i]) for i in winners]
+    )
     for i, msg in zip(winners, stops):
         assert msg.startswith(f"Stopping **{names[i]}**"), msg
     assert wait_for(lambda: not jobs.active_runs(root), timeout=180), jobs.active_runs(root)
@@ -308,11 +316,14 @@ def test_eight_clients_start_jobs_limit_holds_and_sessions_stay_apart(server):
     assert msg.startswith(f"Started **{names[i]}**"), msg
     assert clients[i].predict(names[i], api_name="/stop_run").startswith(f"Stopping **{names[i]}**")
     assert wait_for(lambda: not jobs.active_runs(root), timeout=180), jobs.active_runs(root)
-    print(f"\n{CLIENTS} concurrent starts answered in {start_seconds:.1f} s; "
-          f"whole test {time.monotonic() - started:.1f} s")
+    print(
+        f"\n{CLIENTS} concurrent starts answered in {start_seconds:.1f} s; "
+        f"whole test {time.monotonic() - started:.1f} s"
+    )
 
 
 # ---------------------------------------------------------------- start/stop cycles
+
 
 def test_a_started_job_counts_as_running_at_once(tmp_path, monkeypatch):
     """Popen returns before the kernel has filled /proc/PID/cmdline in; start_training must
@@ -333,7 +344,7 @@ def test_a_started_job_counts_as_running_at_once(tmp_path, monkeypatch):
             assert real(pid, tmp_path / name) and jobs.active_runs(tmp_path) == [name]
         finally:
             os.kill(pid, signal.SIGKILL)  # before it even imports TensorFlow
-        assert wait_for(lambda: not real(pid, tmp_path / name), timeout=30)
+        assert wait_for(lambda: not real(pid, tmp_path / name), timeout=30)  # noqa: B023 (called in this iteration)
     assert wait_for(lambda: not leftovers(os.getpid(), tmp_path), timeout=30), leftovers(os.getpid(), tmp_path)
 
 
@@ -358,7 +369,8 @@ def start_stop_cycles(url, root, names):
             msg = c.predict(name, api_name="/stop_run")
             assert msg.startswith(f"Stopping **{name}**"), msg
             t2 = time.monotonic()
-            assert wait_for(lambda: not jobs.is_active(root / name), timeout=180), f"{name} did not stop"
+            stopped = wait_for(lambda: not jobs.is_active(root / name), timeout=180)  # noqa: B023 (called here)
+            assert stopped, f"{name} did not stop"
             timings.append((t1 - t0, t2 - t1, time.monotonic() - t2))
 
     run_concurrently(worker, [()] * MAX_JOBS)
@@ -386,47 +398,71 @@ def test_start_stop_cycles_leave_memory_threads_and_processes_as_they_were(serve
     assert wait_for(lambda: not leftovers(app_pid, root), timeout=30), leftovers(app_pid, root)
     right_after = proc_status(app_pid)
     # Gradio's idle worker threads retire after ~10 s: give them that long, no more.
-    settled = wait_for(lambda: proc_status(app_pid)["Threads"] <= before["Threads"] + THREADS_TOLERANCE,
-                       timeout=20, poll=0.5)
+    settled = wait_for(
+        lambda: proc_status(app_pid)["Threads"] <= before["Threads"] + THREADS_TOLERANCE, timeout=20, poll=0.5
+    )
     after = proc_status(app_pid)
     mib = lambda kib: kib / 1024  # noqa: E731
-    report = (f"{CYCLES} cycles, {MAX_JOBS} at a time: {elapsed:.1f} s "
-              f"(start {max(t[0] for t in timings):.1f} s max, stop accepted after "
-              f"{sum(t[1] for t in timings) / CYCLES:.1f} s mean, exit "
-              f"{sum(t[2] for t in timings) / CYCLES:.1f} s mean); CPU per cycle: app "
-              f"{cpu[0] / CYCLES:.2f} s, training process {cpu[1] / CYCLES:.2f} s; "
-              f"RSS {mib(before['VmRSS']):.0f} -> {mib(right_after['VmRSS']):.0f} -> "
-              f"{mib(after['VmRSS']):.0f} MiB; threads {before['Threads']} -> "
-              f"{right_after['Threads']} -> {after['Threads']}")
+    report = (
+        f"{CYCLES} cycles, {MAX_JOBS} at a time: {elapsed:.1f} s "
+        f"(start {max(t[0] for t in timings):.1f} s max, stop accepted after "
+        f"{sum(t[1] for t in timings) / CYCLES:.1f} s mean, exit "
+        f"{sum(t[2] for t in timings) / CYCLES:.1f} s mean); CPU per cycle: app "
+        f"{cpu[0] / CYCLES:.2f} s, training process {cpu[1] / CYCLES:.2f} s; "
+        f"RSS {mib(before['VmRSS']):.0f} -> {mib(right_after['VmRSS']):.0f} -> "
+        f"{mib(after['VmRSS']):.0f} MiB; threads {before['Threads']} -> "
+        f"{right_after['Threads']} -> {after['Threads']}"
+    )
     print("\n" + report)
     assert settled, report
     assert after["VmRSS"] - before["VmRSS"] <= RSS_TOLERANCE_MIB * 1024, report
     # The app still answers, and its job limit still counts correctly (nothing is running).
     assert jobs.active_runs(root) == []
-    assert client(url).predict("toy", 6, 60000, 4, 2, [], "auto", "dataset", False, 0, 1,
-                               api_name="/show_split")[1].startswith("**6 examples")
+    assert (
+        client(url)
+        .predict("toy", 6, 60000, 4, 2, [], "auto", "dataset", False, 0, 1, api_name="/show_split")[1]
+        .startswith("**6 examples")
+    )
 
 
 # ---------------------------------------------------------------- docker stop
+
 
 def test_sigterm_stops_the_apps_own_runs_with_a_checkpoint_before_it_leaves(tmp_path):
     # `docker stop`: the app, PID 1, answers the SIGTERM; ignored, after the grace period everything
     # in the container would be killed, its runs' steps since their last checkpoint lost.
     with open(tmp_path / "app.log", "wb") as log:
         app, url, root = start_app(tmp_path, log)
-        cli = subprocess.Popen([sys.executable, "-m", "distcore", "train", "--run-dir", str(root / "by-cli"),
-                                *jobs.options_to_args({"replicas": 1, "model": "mlp", "epochs": 20,
-                                                       "train_examples": 512, "test_examples": 100})],
-                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cli = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distcore",
+                "train",
+                "--run-dir",
+                str(root / "by-cli"),
+                *jobs.options_to_args(
+                    {"replicas": 1, "model": "mlp", "epochs": 20, "train_examples": 512, "test_examples": 100}
+                ),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             message = client(url).predict("by-app", *train_form(), api_name="/start_run")[0]
             assert message.startswith("Started **by-app**"), message
-            assert wait_for(lambda: all((runs.read_status(root / name) or {}).get("step", 0) >= 8
-                                        for name in ("by-app", "by-cli")), timeout=180)
+            assert wait_for(
+                lambda: all((runs.read_status(root / name) or {}).get("step", 0) >= 8 for name in ("by-app", "by-cli")),
+                timeout=180,
+            )
             app.send_signal(signal.SIGTERM)
             assert app.wait(timeout=30) == 128 + signal.SIGTERM
             stopped = runs.read_status(root / "by-app")
-            assert stopped["state"] == "stopped" and runs.list_checkpoints(root / "by-app")[-1] == f"ckpt-{stopped['step']}"
+            assert (
+                stopped["state"] == "stopped"
+                and runs.list_checkpoints(root / "by-app")[-1] == f"ckpt-{stopped['step']}"
+            )
             assert jobs.is_active(root / "by-cli")  # not the app's: the CLI's user stops it
         finally:
             for proc in (app, cli):
@@ -439,6 +475,7 @@ def test_sigterm_stops_the_apps_own_runs_with_a_checkpoint_before_it_leaves(tmp_
 
 # ---------------------------------------------------------------- a port in use
 
+
 def test_a_port_in_use_ends_with_one_plain_line(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -447,35 +484,51 @@ def test_a_port_in_use_ends_with_one_plain_line(tmp_path):
         env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "DISTCORE_RUNS_DIR": str(tmp_path / "runs")}
         env.pop("GRADIO_SERVER_NAME", None)
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, str(ROOT / "app.py")], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "app.py")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
         elapsed = time.monotonic() - started
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     assert proc.returncode != 0
-    assert lines == [f"error: port {port} on 127.0.0.1 is already in use; stop whatever uses it "
-                     "or set GRADIO_SERVER_PORT to a free port."], lines
+    assert lines == [
+        f"error: port {port} on 127.0.0.1 is already in use; stop whatever uses it "
+        "or set GRADIO_SERVER_PORT to a free port."
+    ], lines
     print(f"\nport in use: exit {proc.returncode} after {elapsed:.1f} s")
 
 
-@pytest.mark.parametrize("setting, expected", [
-    ({"DISTCORE_MAX_JOBS": "0"}, "error: DISTCORE_MAX_JOBS (0) must be a whole number from 1 up."),
-    ({"GRADIO_SERVER_PORT": "abc"}, "error: GRADIO_SERVER_PORT ('abc') must be a whole number from 1 to 65535."),
-    ({"DISTCORE_RUNS_DIR": "{tmp}/a-file/runs"},
-     "error: cannot make the runs folder {tmp}/a-file/runs (Not a directory); set DISTCORE_RUNS_DIR to a folder "
-     "you can write."),
-    ({"DISTCORE_RUNS_DIR": "{tmp}/a-file"},  # "it is a file", not "(File exists)"
-     "error: cannot make the runs folder {tmp}/a-file (it is a file); set DISTCORE_RUNS_DIR to a folder you can write."),
-])
+@pytest.mark.parametrize(
+    "setting, expected",
+    [
+        ({"DISTCORE_MAX_JOBS": "0"}, "error: DISTCORE_MAX_JOBS (0) must be a whole number from 1 up."),
+        ({"GRADIO_SERVER_PORT": "abc"}, "error: GRADIO_SERVER_PORT ('abc') must be a whole number from 1 to 65535."),
+        (
+            {"DISTCORE_RUNS_DIR": "{tmp}/a-file/runs"},
+            "error: cannot make the runs folder {tmp}/a-file/runs (Not a directory); set DISTCORE_RUNS_DIR to a folder "
+            "you can write.",
+        ),
+        (
+            {"DISTCORE_RUNS_DIR": "{tmp}/a-file"},  # "it is a file", not "(File exists)"
+            "error: cannot make the runs folder {tmp}/a-file (it is a file); "
+            "set DISTCORE_RUNS_DIR to a folder you can write.",
+        ),
+    ],
+)
 def test_a_bad_app_setting_ends_with_one_plain_line(tmp_path, setting, expected):
     # Each ends in one plain line, not a traceback.
     (tmp_path / "a-file").write_text("")
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "DISTCORE_RUNS_DIR": str(tmp_path / "runs"),
-           **{k: v.format(tmp=tmp_path) for k, v in setting.items()}}
+    env = {
+        **os.environ,
+        "GRADIO_SERVER_PORT": str(port),
+        "DISTCORE_RUNS_DIR": str(tmp_path / "runs"),
+        **{k: v.format(tmp=tmp_path) for k, v in setting.items()},
+    }
     env.pop("GRADIO_SERVER_NAME", None)
-    proc = subprocess.run([sys.executable, str(ROOT / "app.py")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "app.py")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode != 0
     assert (proc.stdout + proc.stderr).strip().splitlines() == [expected.format(tmp=tmp_path)]

@@ -52,7 +52,7 @@ def test_layer_flops_count_forward_and_backward():
     counted = layer_flops(model)
     assert names(layer for layer, _ in counted) == ["conv2d", "conv2d", "dense", "dense"]
     assert [flops for _, flops in counted] == [
-        2 * (26 * 26 * 32 * 3 * 3 * 1) * 2,   # 28x28x1 -> 26x26x32, no input gradient
+        2 * (26 * 26 * 32 * 3 * 3 * 1) * 2,  # 28x28x1 -> 26x26x32, no input gradient
         2 * (11 * 11 * 64 * 3 * 3 * 32) * 3,  # 13x13x32 -> 11x11x64
         2 * (1600 * 64) * 3,
         2 * (64 * 10) * 3,
@@ -78,7 +78,7 @@ def test_trains_like_keras_conv2d(fmnist):
             return loss
 
         first_logits = model(images[:64]).numpy()
-        losses = [float(step(images[i:i + 64], labels[i:i + 64])) for i in range(0, 384, 64)]
+        losses = [float(step(images[i : i + 64], labels[i : i + 64])) for i in range(0, 384, 64)]
         results.append((first_logits, losses, [w.numpy() for w in model.weights]))
     (logits, losses, weights), (keras_logits, keras_losses, keras_weights) = results
     np.testing.assert_allclose(logits, keras_logits, rtol=1e-5, atol=1e-6)

@@ -95,7 +95,10 @@ def test_fused_adam_is_tf_keras_2s_adam_whose_one_minus_beta_is_float32():
     # step, the same gradient, is exactly each formula's.
     grad = tf.constant([0.5, -2.0, 3.0e-3], tf.float32)
     slots = {}
-    for name, optimizer in (("fused", FusedAdam(learning_rate=0.001)), ("keras", keras.optimizers.Adam(learning_rate=0.001))):
+    for name, optimizer in (
+        ("fused", FusedAdam(learning_rate=0.001)),
+        ("keras", keras.optimizers.Adam(learning_rate=0.001)),
+    ):
         variable = keras.Variable(tf.zeros([3]))
         optimizer.build([variable])
         optimizer.apply_gradients([(grad, variable)])

@@ -1,4 +1,5 @@
 """distcore.plots: pure functions of plain data (no TensorFlow, no Gradio)."""
+
 import csv
 import re
 
@@ -8,9 +9,14 @@ from distcore import plots
 
 
 def plan(steps, global_batch, notes=()):
-    return {"steps": steps, "replicas": len(steps[0]), "global_batch": global_batch,
-            "per_replica_batch": global_batch // len(steps[0]),
-            "devices": [f"cpu:{i}" for i in range(len(steps[0]))], "notes": list(notes)}
+    return {
+        "steps": steps,
+        "replicas": len(steps[0]),
+        "global_batch": global_batch,
+        "per_replica_batch": global_batch // len(steps[0]),
+        "devices": [f"cpu:{i}" for i in range(len(steps[0]))],
+        "notes": list(notes),
+    }
 
 
 # The seed's examples, reproducible by hand.
@@ -91,8 +97,10 @@ def test_split_summary_says_what_happened():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.lists(st.integers(0, 999), max_size=9), min_size=1, max_size=6),
-                min_size=1, max_size=30), st.integers(1, 64))
+@given(
+    st.lists(st.lists(st.lists(st.integers(0, 999), max_size=9), min_size=1, max_size=6), min_size=1, max_size=30),
+    st.integers(1, 64),
+)
 def test_split_figure_one_cell_per_step_and_replica(rows, global_batch):
     width = max(len(r) for r in rows)
     steps = [r + [[]] * (width - len(r)) for r in rows]
@@ -110,15 +118,29 @@ METRICS = [
     {"event": "start", "step": 0, "message": "training", "time": 1.0},
     {"step": 1, "epoch": 1, "loss": 2.3, "examples": 64, "examples_per_sec": 500.0, "time": 2.0},
     {"step": 2, "epoch": 1, "loss": 2.1, "examples": 64, "examples_per_sec": 510.0, "time": 3.0},
-    {"event": "checkpoint", "step": 2, "checkpoint": "ckpt-2", "test_loss": 2.0,
-     "test_accuracy": 0.3, "time": 4.0},
+    {"event": "checkpoint", "step": 2, "checkpoint": "ckpt-2", "test_loss": 2.0, "test_accuracy": 0.3, "time": 4.0},
     {"event": "resume", "step": 2, "message": "resumed", "time": 5.0},
     {"step": 2, "epoch": 1, "loss": 2.05, "examples": 64, "examples_per_sec": 520.0, "time": 6.0},
     {"step": 3, "epoch": 1, "loss": 1.9, "examples": 64, "examples_per_sec": 520.0, "time": 7.0},
-    {"epoch": 1, "step": 3, "train_loss": 2.0, "train_accuracy": 0.4, "test_loss": 1.8,
-     "test_accuracy": 0.5, "time": 8.0},
-    {"epoch": 2, "step": 6, "train_loss": 1.5, "train_accuracy": 0.6, "test_loss": 1.4,
-     "test_accuracy": 0.62, "time": 9.0, "lr": 0.001},
+    {
+        "epoch": 1,
+        "step": 3,
+        "train_loss": 2.0,
+        "train_accuracy": 0.4,
+        "test_loss": 1.8,
+        "test_accuracy": 0.5,
+        "time": 8.0,
+    },
+    {
+        "epoch": 2,
+        "step": 6,
+        "train_loss": 1.5,
+        "train_accuracy": 0.6,
+        "test_loss": 1.4,
+        "test_accuracy": 0.62,
+        "time": 9.0,
+        "lr": 0.001,
+    },
 ]
 
 
@@ -179,8 +201,7 @@ def test_metrics_csv(tmp_path):
 
 def test_pieces_of_a_full_batch_that_does_not_divide_are_blue_and_named_in_the_headline():
     # 3 replicas, batch 64, N = 128 under DATA: TensorFlow cuts 22/22/20.
-    steps = [[list(range(k, k + 22)), list(range(k + 22, k + 44)), list(range(k + 44, k + 64))]
-             for k in (0, 64)]
+    steps = [[list(range(k, k + 22)), list(range(k + 22, k + 44)), list(range(k + 44, k + 64))] for k in (0, 64)]
     fig = plots.split_figure(plan(steps, 64))
     assert [list(r) for r in heatmap(fig).z] == [[plots.FULL] * 3] * 2
     text = plots.split_summary(plan(steps, 64))
@@ -236,7 +257,7 @@ def test_the_split_table_lists_every_steps_ids_the_plot_leaves_out():
     steps = [[[4 * s, 4 * s + 1], [4 * s + 2, 4 * s + 3]] for s in range(20)] + [[[80], []]]
     plan = {"steps": steps, "replicas": 2, "global_batch": 4}
     text = plots.split_summary(plan)
-    table = text[text.index("<details>"):]
+    table = text[text.index("<details>") :]
     assert table.endswith("</details>") and "every step's ids" in table
     assert "| step 10 | 36, 37 | 38, 39 |" in table and "| step 21 (partial 1/4) | 80 | empty |" in table
     assert len(plots.split_figure(plan).data[0].y) == 12  # the plot draws 12 of the 21

@@ -63,10 +63,18 @@ def test_damaged_or_hand_edited_run_files_read_as_damaged_not_as_errors(tmp_path
     # the like): bytes that are not UTF-8 in metrics.jsonl, a step of "x", a status of
     # {"state": 5, "step": "abc"}, config.json's "devices": 5.
     good = [{"step": 1, "epoch": 1, "loss": 2.0, "examples": 64}, {"event": "checkpoint", "step": 1}]
-    bad = [{"step": "x", "loss": 1.0}, {"step": 2, "loss": "1.0"}, {"step": True, "loss": 1.0}, ["not", "a record"],
-           {"event": 5, "step": 2}]
-    (tmp_path / "metrics.jsonl").write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in good + bad)
-                                             + b"\xff\xfe\x00garbage\n" + b'{"step": 3, "loss": 1.5, "message": "\xff"}\n')
+    bad = [
+        {"step": "x", "loss": 1.0},
+        {"step": 2, "loss": "1.0"},
+        {"step": True, "loss": 1.0},
+        ["not", "a record"],
+        {"event": 5, "step": 2},
+    ]
+    (tmp_path / "metrics.jsonl").write_bytes(
+        b"".join(json.dumps(r).encode() + b"\n" for r in good + bad)
+        + b"\xff\xfe\x00garbage\n"
+        + b'{"step": 3, "loss": 1.5, "message": "\xff"}\n'
+    )
     assert runs.read_metrics(tmp_path) == good + [{"step": 3, "loss": 1.5, "message": "\ufffd"}]
     assert runs.truncate_metrics(tmp_path, 1) == 1
     assert runs.read_metrics(tmp_path) == good
@@ -84,9 +92,12 @@ def test_a_run_that_ended_before_saving_its_settings_is_called_so(tmp_path):
     # status: Resume says the run ended before saving its settings, not "is it a distcore run directory?".
     (tmp_path / "a8").mkdir()
     (tmp_path / "a8" / ".lock").write_text("")
-    with pytest.raises(DistcoreError, match=r"^run a8 ended before it saved its settings \(config.json; its log says "
-                                            r"why\), so there is nothing to resume, evaluate or export: start it "
-                                            r"again under the same name\.$"):
+    with pytest.raises(
+        DistcoreError,
+        match=r"^run a8 ended before it saved its settings \(config.json; its log says "
+        r"why\), so there is nothing to resume, evaluate or export: start it "
+        r"again under the same name\.$",
+    ):
         runs.resume_config(tmp_path / "a8")
     (tmp_path / "other").mkdir()
     with pytest.raises(DistcoreError, match="is it a distcore run directory"):
@@ -100,15 +111,17 @@ def test_a_resume_whose_checkpoints_folder_is_a_file_says_so(tmp_path):
 
     (tmp_path / "config.json").write_text(json.dumps(TrainConfig(devices=("cpu:0",)).to_dict()))
     (tmp_path / "checkpoints").write_text("")
-    with pytest.raises(DistcoreError, match=r"^cannot resume: .*checkpoints is a file, not the run's folder of "
-                                            r"checkpoints\. Move it away; with no checkpoints the run trains again "
-                                            r"from step 0\.$"):
+    with pytest.raises(
+        DistcoreError,
+        match=r"^cannot resume: .*checkpoints is a file, not the run's folder of "
+        r"checkpoints\. Move it away; with no checkpoints the run trains again "
+        r"from step 0\.$",
+    ):
         runs.resume_config(tmp_path)
 
 
 def test_truncation_drops_records_of_epochs_the_checkpoint_had_not_closed(tmp_path):
-    lines = [{"step": 2, "loss": 1.0}, {"epoch": 1, "step": 2, "train_loss": 1.0},
-             {"event": "checkpoint", "step": 2}]
+    lines = [{"step": 2, "loss": 1.0}, {"epoch": 1, "step": 2, "train_loss": 1.0}, {"event": "checkpoint", "step": 2}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     assert runs.truncate_metrics(tmp_path, 2, epochs=1) == 0
     assert runs.truncate_metrics(tmp_path, 2, epochs=0) == 1  # the resume closes epoch 1 again
@@ -134,8 +147,13 @@ def test_an_export_removes_exports_older_than_an_hour_and_keeps_newer_ones(tmp_p
     assert {second.parent, third.parent} == {tmp_path} and second != third
 
 
-@pytest.mark.parametrize("saved,problem", [({}, "the configuration has no devices."),
-                                           ({"devices": ["cpu:0"], "global_batch": "x"}, "global batch size ('x')")])
+@pytest.mark.parametrize(
+    "saved,problem",
+    [
+        ({}, "the configuration has no devices."),
+        ({"devices": ["cpu:0"], "global_batch": "x"}, "global batch size ('x')"),
+    ],
+)
 def test_a_config_json_that_makes_no_configuration_is_called_damaged(tmp_path, capsys, saved, problem):
     # `echo '{}' > RUN/config.json`, then evaluate or train --resume: called damaged, not a TypeError
     # traceback ("TrainConfig.__init__() missing 1 required positional argument: 'devices'").
@@ -163,11 +181,13 @@ def test_a_run_dir_too_long_for_the_filesystem_or_that_is_a_file_is_refused(tmp_
         assert cli.main([*command.split(), "--run-dir", str(long_name), "--json"]) == 2
         assert json.loads(capsys.readouterr()[0])["error"] == (
             f"argument --run-dir: the run directory's name {'a' * 40!r}… is 256 bytes long; a folder's name can "
-            "have at most 255: choose a shorter one.")
+            "have at most 255: choose a shorter one."
+        )
         assert cli.main([*command.split(), "--run-dir", str(tmp_path / "afile"), "--json"]) == 2
         assert json.loads(capsys.readouterr()[0])["error"] == (
             f"argument --run-dir: the run directory {tmp_path / 'afile'} is a file, not a folder: name a folder "
-            "for the run.")
+            "for the run."
+        )
     with pytest.raises(DistcoreError, match="cannot be used: File name too long"):
         runs.run_path("/".join(["b" * 200] * 30))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
@@ -180,15 +200,27 @@ def test_a_run_dir_under_the_home_folder_may_be_written_with_a_tilde(tmp_path, m
     assert runs.run_path("~") == tmp_path
     # In an ASCII locale (LC_ALL=POSIX PYTHONUTF8=0) a path read from argv is not UTF-8
     # text: refused as such, not every checkpoint's files called "damaged or incomplete".
-    with pytest.raises(DistcoreError, match=r"the run directory /tmp/C\\udcc3\\udca9 is not UTF-8 text as this process "
-                                            r"read it .* use a UTF-8 locale \(LANG=C.UTF-8, or PYTHONUTF8=1\)\.$"):
+    with pytest.raises(
+        DistcoreError,
+        match=r"the run directory /tmp/C\\udcc3\\udca9 is not UTF-8 text as this process "
+        r"read it .* use a UTF-8 locale \(LANG=C.UTF-8, or PYTHONUTF8=1\)\.$",
+    ):
         runs.run_path("/tmp/C\udcc3\udca9")
 
 
 def test_a_run_locked_by_another_process_names_it(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from distcore import runs; "
-                               "lock = runs.RunLock(sys.argv[1]); print('held', flush=True); time.sleep(60)",
-                               str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from distcore import runs; "
+            "lock = runs.RunLock(sys.argv[1]); print('held', flush=True); time.sleep(60)",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(DistcoreError, match=rf"is being trained by process {holder.pid} right now: stop it"):
@@ -202,12 +234,18 @@ def test_a_run_locked_by_another_process_names_it(tmp_path):
 def test_a_failure_recorded_by_the_launcher_drops_the_running_speed_and_eta(tmp_path):
     # A chief killed while running is marked "failed" without its last examples/s and ETA.
     runs.write_json_atomic(tmp_path / "config.json", {"epochs": 1})
-    runs.write_json_atomic(tmp_path / "status.json", {"state": "running", "step": 80, "pid": 1, "total_steps": 94,
-                                                      "examples_per_sec": 2812.2, "eta_seconds": 13.0})
+    runs.write_json_atomic(
+        tmp_path / "status.json",
+        {"state": "running", "step": 80, "pid": 1, "total_steps": 94, "examples_per_sec": 2812.2, "eta_seconds": 13.0},
+    )
     runs.record_failure(tmp_path, "worker 0 was killed by SIGKILL")
     status = runs.read_status(tmp_path)
     assert {k: status[k] for k in ("state", "step", "total_steps", "message")} == {
-        "state": "failed", "step": 80, "total_steps": 94, "message": "worker 0 was killed by SIGKILL"}
+        "state": "failed",
+        "step": 80,
+        "total_steps": 94,
+        "message": "worker 0 was killed by SIGKILL",
+    }
     assert "examples_per_sec" not in status and "eta_seconds" not in status
     assert runs.read_metrics(tmp_path)[-1]["event"] == "failed"
 
@@ -242,8 +280,9 @@ def test_a_run_folder_that_never_trained_takes_a_new_run_and_one_that_did_does_n
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.json").write_text("{}")
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     runs.write_status(run_dir, {"state": "starting", "pid": int(gone)})
     runs.check_new(run_dir)
     with subprocess.Popen(["sleep", "60"]) as alive:

@@ -18,8 +18,14 @@ def test_setup_names_an_interpreter_too_old_and_its_version(tmp_path, version_to
     redirect = ">&2" if version_to == "stderr" else ""
     old.write_text(f'#!/bin/sh\n[ "$1" = -V ] && echo "Python 2.7.18" {redirect} && exit 0\nexit 1\n')
     old.chmod(0o755)
-    proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, env={**os.environ, "PYTHON": str(old)},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", "scripts/setup.sh"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHON": str(old)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and not (tmp_path / ".venv").exists()
     assert proc.stderr.startswith(f"setup: {old} is Python 2.7.18; distcore needs Python 3.11 or later."), proc.stderr
 
@@ -30,6 +36,12 @@ def test_setup_says_when_the_interpreter_is_missing(tmp_path):
     shim.write_text('#!/bin/sh\necho "pyenv: python2: command not found" >&2\nexit 127\n')
     shim.chmod(0o755)
     for python in ("no-such-python", str(shim)):
-        proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, env={**os.environ, "PYTHON": python},
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["bash", "scripts/setup.sh"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHON": python},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 1 and proc.stderr.startswith(f"setup: {python} is missing;"), proc.stderr

@@ -34,8 +34,9 @@ def app(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "DISTCORE_RUNS_DIR": str(home / "runs")}
     env.pop("GRADIO_SERVER_NAME", None)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=home, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "app.py")], cwd=home, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(240):
         try:
@@ -59,11 +60,23 @@ def get(url):
         return err.code, err.read().decode(errors="replace")
 
 
-@pytest.mark.parametrize("path", [
-    ".env", "secret.txt", "../secret.txt", "runs/../secret.txt", "../../etc/passwd", "/etc/passwd",
-    "..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "....//....//etc/passwd", "app.py",
-    str(ROOT / "webapp" / "hosting.py"), str(ROOT / "webapp" / "static" / "app.js"),
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".env",
+        "secret.txt",
+        "../secret.txt",
+        "runs/../secret.txt",
+        "../../etc/passwd",
+        "/etc/passwd",
+        "..%2F..%2Fetc%2Fpasswd",
+        "%2Fetc%2Fpasswd",
+        "....//....//etc/passwd",
+        "app.py",
+        str(ROOT / "webapp" / "hosting.py"),
+        str(ROOT / "webapp" / "static" / "app.js"),
+    ],
+)
 def test_files_outside_the_app_are_refused(app, path):
     url, home, _ = app
     for target in (path, str(home / "secret.txt") if path == "secret.txt" else path):

@@ -44,7 +44,10 @@ def test_a_replica_empty_in_every_step_is_one_note_not_one_per_step():
     empty = [n for n in notes if "got nothing" in n]
     assert empty == ["Steps 1–20: replicas 2, 3 got nothing (an empty batch, which still joins the all-reduce)."]
     assert split.empty_replicas([[1, 0], [1, 0], [1, 1], [0, 1], [0, 1], [1, 0]]) == [
-        ("steps 1–2", "Replica 1"), ("steps 4–5", "Replica 0"), ("step 6", "Replica 1")]
+        ("steps 1–2", "Replica 1"),
+        ("steps 4–5", "Replica 0"),
+        ("step 6", "Replica 1"),
+    ]
 
 
 @pytest.mark.slow
@@ -60,9 +63,11 @@ def test_fashion_rows_are_the_rows_training_reads_at_each_step(fmnist, tmp_path,
 
     # What a real run reads: the examples each pipeline it builds starts with, as it builds it.
     read, distribute = [], controller.inputs.distribute
+
     def recording(strategy, make_examples, **kw):
         read.append(np.array([image for image, _ in make_examples().take(64).as_numpy_iterator()]))
         return distribute(strategy, make_examples, **kw)
+
     monkeypatch.setattr(controller.inputs, "distribute", recording)
     config = TrainConfig(devices=cpus(2), seed=3, train_examples=1000, test_examples=100, max_steps=1)
     controller.Controller(config, tmp_path / "run").run()
@@ -139,8 +144,24 @@ def test_every_id_arrives_once_in_order(n, g, r, drop):
 @pytest.mark.slow
 def test_cli_split_json_prints_the_seed_table():
     out = subprocess.run(
-        [sys.executable, "-m", "distcore", "split", "--examples", "6", "--global-batch", "4",
-         "--replicas", "2", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+        [
+            sys.executable,
+            "-m",
+            "distcore",
+            "split",
+            "--examples",
+            "6",
+            "--global-batch",
+            "4",
+            "--replicas",
+            "2",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     assert json.loads(out.stdout)["steps"] == [[[0, 1], [2, 3]], [[4], [5]]]
 
@@ -174,10 +195,12 @@ def test_split_shows_the_pieces_training_gets(fmnist, tmp_path, monkeypatch, pol
     from distcore.config import TrainConfig
 
     received, distribute = [], controller.inputs.distribute
+
     def recording(strategy, make_examples, **kw):
         dist = distribute(strategy, make_examples, **kw)
         received.append([[len(y) for y in strategy.experimental_local_results(labels)] for _, labels in dist])
         return dist
+
     monkeypatch.setattr(controller.inputs, "distribute", recording)
     config = TrainConfig(devices=cpus(3), train_examples=1000, test_examples=100, max_steps=1, policy=policy)
     controller.Controller(config, tmp_path / "run").run()
@@ -193,13 +216,16 @@ def test_split_shows_the_pieces_training_gets(fmnist, tmp_path, monkeypatch, pol
 # The policy note does not say a policy "changes nothing" in one worker when the plan under it
 # shows FILE and OFF cutting the partial batch 22/0 and AUTO and DATA 11/11 (a pipeline that
 # ends at batch(), as the guide's examples do).
-@pytest.mark.parametrize("policy,files,last,says", [
-    ("auto", 0, [11, 11], "legacy rebatch"),
-    ("data", 0, [11, 11], "legacy rebatch"),
-    ("file", 3, [22, 0], "fixed per-replica sizes (32/32)"),
-    ("off", 0, [22, 0], "fixed per-replica sizes (32/32)"),
-    ("auto", 3, [22, 0], "fixed per-replica sizes (32/32)"),
-])
+@pytest.mark.parametrize(
+    "policy,files,last,says",
+    [
+        ("auto", 0, [11, 11], "legacy rebatch"),
+        ("data", 0, [11, 11], "legacy rebatch"),
+        ("file", 3, [22, 0], "fixed per-replica sizes (32/32)"),
+        ("off", 0, [22, 0], "fixed per-replica sizes (32/32)"),
+        ("auto", 3, [22, 0], "fixed per-replica sizes (32/32)"),
+    ],
+)
 @pytest.mark.slow
 def test_policy_note_says_how_this_plan_cut_the_partial_batch(policy, files, last, says):
     result = plan(150, 64, 2, policy=policy, files=files, map_after_batch=False)
@@ -209,10 +235,13 @@ def test_policy_note_says_how_this_plan_cut_the_partial_batch(policy, files, las
     assert "changes nothing" not in note and "still decides" in note
 
 
-@pytest.mark.parametrize("policy,files,pieces,says", [
-    ("data", 0, [22, 22, 20], "legacy rebatch"),
-    ("off", 0, [22, 21, 21], "fixed per-replica sizes (22/21/21)"),
-])
+@pytest.mark.parametrize(
+    "policy,files,pieces,says",
+    [
+        ("data", 0, [22, 22, 20], "legacy rebatch"),
+        ("off", 0, [22, 21, 21], "fixed per-replica sizes (22/21/21)"),
+    ],
+)
 @pytest.mark.slow
 def test_policy_note_on_a_batch_that_does_not_divide(policy, files, pieces, says):
     result = plan(128, 64, 3, policy=policy, files=files, map_after_batch=False)
@@ -230,14 +259,25 @@ def test_policy_note_when_both_rebatches_agree():
 
 def worker_plan(steps, api="dataset", policy="auto", files=0, global_batch=4, examples=10, drop=False):
     """One worker's plan of a 2-worker cluster, as `split --workers 2` returns it (its steps from real runs)."""
-    return {"steps": steps, "replicas": 2, "global_batch": global_batch, "policy": policy, "api": api,
-            "files": files, "workers": 2, "examples": examples, "drop_remainder": drop}
+    return {
+        "steps": steps,
+        "replicas": 2,
+        "global_batch": global_batch,
+        "policy": policy,
+        "api": api,
+        "files": files,
+        "workers": 2,
+        "examples": examples,
+        "drop_remainder": drop,
+    }
 
 
 def test_cluster_notes_for_the_function_api_name_the_input_functions_sharding():
     # What `split --workers 2 --examples 10 --global-batch 4 --api function` returns.
-    plans = [worker_plan([[[0, 2]], [[4, 6]], [[8]]], api="function"),
-             worker_plan([[[1, 3]], [[5, 7]], [[9]]], api="function")]
+    plans = [
+        worker_plan([[[0, 2]], [[4, 6]], [[8]]], api="function"),
+        worker_plan([[[1, 3]], [[5, 7]], [[9]]], api="function"),
+    ]
     notes = " ".join(split.cluster_notes(plans))
     assert "DATA sharding" not in notes and "fell back" not in notes
     assert "does not apply the shard policy" in notes and "every 2nd id" in notes
@@ -248,16 +288,20 @@ def test_cluster_notes_for_the_function_api_name_the_input_functions_sharding():
 def test_file_sharding_is_not_called_data_when_its_ids_happen_to_fit_each_global_batch(policy):
     # `split --workers 2 --files 4 --examples 10 --global-batch 4` (files 0-1, 2-4, 5-6, 7-9):
     # TensorFlow gave worker 0 files 0 and 2. Every id still lies in its step's window of 4.
-    plans = [worker_plan([[[0, 1]], [[5, 6]], [[]]], policy=policy, files=4),
-             worker_plan([[[2, 3]], [[4, 7]], [[8, 9]]], policy=policy, files=4)]
+    plans = [
+        worker_plan([[[0, 1]], [[5, 6]], [[]]], policy=policy, files=4),
+        worker_plan([[[2, 3]], [[4, 7]], [[8, 9]]], policy=policy, files=4),
+    ]
     notes = " ".join(split.cluster_notes(plans))
     assert "DATA" not in notes and "fell back" not in notes
     assert "FILE sharding (worker 0: file(s) 0, 2; worker 1: file(s) 1, 3)" in notes
 
 
 def test_data_policy_with_files_is_data_sharding():
-    plans = [worker_plan([[[0, 1]], [[4, 5]], [[8]]], policy="data", files=4),
-             worker_plan([[[2, 3]], [[6, 7]], [[9]]], policy="data", files=4)]
+    plans = [
+        worker_plan([[[0, 1]], [[4, 5]], [[8]]], policy="data", files=4),
+        worker_plan([[[2, 3]], [[6, 7]], [[9]]], policy="data", files=4),
+    ]
     notes = " ".join(split.cluster_notes(plans))
     assert "that is DATA sharding" in notes and "FILE" not in notes and "fell back" not in notes
 
@@ -276,11 +320,13 @@ def test_file_sharding_error_asks_for_at_least_as_many_files_as_workers():
 def test_tensorflows_whole_advice_is_kept_and_off_is_answered():
     # TensorFlow's advice is cut at a sentence's end, not at "... small files such that", and its
     # "DATA or OFF" comes with the note that training refuses OFF across workers.
-    said = ("Could not apply FILE based sharding: the dataset only has 1 file(s), which is not enough for the "
-            "required 2 shards/workers. If you are using datasets with distribution strategy, consider setting "
-            "the auto sharding policy to either DATA or OFF using the `experimental_distribute.auto_shard_policy` "
-            "option of `tf.data.Options()`. Or, split your input files into a larger number of small files such "
-            "that number of files is greater than number of shards/workers.")
+    said = (
+        "Could not apply FILE based sharding: the dataset only has 1 file(s), which is not enough for the "
+        "required 2 shards/workers. If you are using datasets with distribution strategy, consider setting "
+        "the auto sharding policy to either DATA or OFF using the `experimental_distribute.auto_shard_policy` "
+        "option of `tf.data.Options()`. Or, split your input files into a larger number of small files such "
+        "that number of files is greater than number of shards/workers."
+    )
     config = SplitConfig(examples=12, global_batch=4, devices=("cpu:0",), policy="auto", files=1, workers=2)
     text = split.explain_tf_error(config, ValueError(said))
     assert said in text and "not OFF, which TensorFlow also suggests" in text
@@ -293,8 +339,10 @@ def test_file_sharding_of_the_fashion_rows_is_not_sent_to_source_files_they_refu
     # The error does not say "write it to source files (--files F)", which these rows refuse, in
     # the app either, nor show TensorFlow's `{{function_node ...}}` and a goo.gle link.
     config = SplitConfig(examples=60, global_batch=4, devices=("cpu:0",), policy="file", workers=2, shuffle_seed=0)
-    err = ValueError("{{function_node __wrapped__AutoShardDataset_device_/job:worker/replica:0/task:0/device:CPU:0}} "
-                     "Found an unshardable source dataset: goo.gle/debugonly \nname: ...")
+    err = ValueError(
+        "{{function_node __wrapped__AutoShardDataset_device_/job:worker/replica:0/task:0/device:CPU:0}} "
+        "Found an unshardable source dataset: goo.gle/debugonly \nname: ..."
+    )
     text = split.explain_tf_error(config, err)
     assert text.startswith("TensorFlow refused this plan: ValueError: Found an unshardable source dataset (FILE")
     assert "--files" not in text and "toy ids with at least as many source files as workers" in text
@@ -318,9 +366,9 @@ def test_file_sharding_with_drop_remainder_says_why_workers_got_nothing():
     # TensorFlow gave workers 1 and 2 files of 4 and 3 ids, fewer than a batch of 6, so both got
     # nothing. The notes read "worker 1: file(s) ;" and blamed a partial batch.
     empty = [[[]], [[]], [[]]]
-    plans = [worker_plan([[[0, 1]], [[2, 10]], [[11, 12]]], policy="auto", files=4, global_batch=6,
-                         examples=14, drop=True)] + [worker_plan(empty, policy="auto", files=4, global_batch=6,
-                                                                  examples=14, drop=True) for _ in range(2)]
+    plans = [
+        worker_plan([[[0, 1]], [[2, 10]], [[11, 12]]], policy="auto", files=4, global_batch=6, examples=14, drop=True)
+    ] + [worker_plan(empty, policy="auto", files=4, global_batch=6, examples=14, drop=True) for _ in range(2)]
     notes = " ".join(split.cluster_notes(plans))
     assert "worker 0: file(s) 0, 3; worker 1: no ids reached it; worker 2: no ids reached it" in notes
     assert "drop_remainder left out 8 of the 14 examples (ids 3–9, 13)" in notes
@@ -338,15 +386,19 @@ UNEVEN = {
 
 @pytest.mark.parametrize("policy", ["data", "file"])
 def test_partial_steps_of_a_cluster_are_read_off_every_workers_pieces(policy):
-    plans = [worker_plan(steps, policy=policy, files=2 if policy == "file" else 0, global_batch=3)
-             for steps in UNEVEN[policy]]
+    plans = [
+        worker_plan(steps, policy=policy, files=2 if policy == "file" else 0, global_batch=3)
+        for steps in UNEVEN[policy]
+    ]
     for p in plans:
         notes = " ".join(split.describe(p))
         assert "share of a global batch" not in notes and "partial batch" not in notes
     cluster = split.cluster_notes(plans)
-    assert [n for n in cluster if "partial" in n] == ["Step 4 is a partial global batch (1 of 3), cut 1/0."
-                                                      if policy == "data" else
-                                                      "Step 4 is a partial global batch (1 of 3), cut 0/1."]
+    assert [n for n in cluster if "partial" in n] == [
+        "Step 4 is a partial global batch (1 of 3), cut 1/0."
+        if policy == "data"
+        else "Step 4 is a partial global batch (1 of 3), cut 0/1."
+    ]
     assert "Each full global batch of 3 was cut" in " ".join(cluster)
     empty = 1 if policy == "data" else 0
     assert "Step 4: this worker's replica 0 got nothing" in " ".join(split.describe(plans[empty]))
@@ -355,33 +407,54 @@ def test_partial_steps_of_a_cluster_are_read_off_every_workers_pieces(policy):
 def test_cluster_steps_holding_more_than_a_global_batch_are_called_so():
     # `split --workers 2 --files 2 --examples 20 --global-batch 5 --policy file` (these are the ids
     # TensorFlow gave): steps 1 and 3 carry 3+3 = 6 examples, more than a global batch, not full batches of 5.
-    plans = [worker_plan([[[0, 1, 2]], [[3, 4]], [[5, 6, 7]], [[8, 9]]], policy="file", files=2, global_batch=5,
-                         examples=20),
-             worker_plan([[[10, 11, 12]], [[13, 14]], [[15, 16, 17]], [[18, 19]]], policy="file", files=2,
-                         global_batch=5, examples=20)]
+    plans = [
+        worker_plan(
+            [[[0, 1, 2]], [[3, 4]], [[5, 6, 7]], [[8, 9]]], policy="file", files=2, global_batch=5, examples=20
+        ),
+        worker_plan(
+            [[[10, 11, 12]], [[13, 14]], [[15, 16, 17]], [[18, 19]]],
+            policy="file",
+            files=2,
+            global_batch=5,
+            examples=20,
+        ),
+    ]
     notes = split.cluster_notes(plans)
-    assert [n for n in notes if "hold" in n] == ["Step 1 holds 6 examples, more than a global batch of 5, cut 3/3.",
-                                                 "Step 3 holds 6 examples, more than a global batch of 5, cut 3/3."]
+    assert [n for n in notes if "hold" in n] == [
+        "Step 1 holds 6 examples, more than a global batch of 5, cut 3/3.",
+        "Step 3 holds 6 examples, more than a global batch of 5, cut 3/3.",
+    ]
     assert any(n.endswith("so what the workers send at one step need not add up to 5.") for n in notes)
     assert not any("Each full global batch" in n for n in notes)
-    merged = {"steps": [[a[0], b[0]] for a, b in zip(plans[0]["steps"], plans[1]["steps"])], "global_batch": 5,
-              "replicas": 2, "notes": notes}
+    merged = {
+        "steps": [[a[0], b[0]] for a, b in zip(plans[0]["steps"], plans[1]["steps"])],
+        "global_batch": 5,
+        "replicas": 2,
+        "notes": notes,
+    }
     from distcore import plots
+
     summary = plots.split_summary(merged)
     assert "blue = piece of a full global batch (or of a step holding more: see the notes)" in summary
     # Not "4 global batches of 5": steps 1 and 3 hold 6.
     assert "20 examples → 4 steps (global batch 5) on 2 replicas" in summary
     figure = plots.split_figure(merged)
     assert figure.layout.title.text.startswith("4 steps (global batch 5) over 2 replicas")
-    assert list(figure.data[0].y) == ["step 1 (holds 6)", "step 2 (partial 4/5)", "step 3 (holds 6)",
-                                      "step 4 (partial 4/5)"]
+    assert list(figure.data[0].y) == [
+        "step 1 (holds 6)",
+        "step 2 (partial 4/5)",
+        "step 3 (holds 6)",
+        "step 4 (partial 4/5)",
+    ]
     assert "except where each worker batches its own files (FILE)" in split.describe(plans[0])[0]
 
 
 def test_a_run_of_partial_cluster_steps_is_one_note():
     # FILE with one worker's files running out first: worker 1 gives empty pieces from step 3 on.
-    plans = [worker_plan([[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]]], policy="file", files=2),
-             worker_plan([[[8, 9]], [[10, 11]]], policy="file", files=2)]
+    plans = [
+        worker_plan([[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]]], policy="file", files=2),
+        worker_plan([[[8, 9]], [[10, 11]]], policy="file", files=2),
+    ]
     partial = [n for n in split.cluster_notes(plans) if "partial" in n]
     assert partial == ["Steps 3–4 are partial global batches (2 of 4), cut 2/0."]
 
@@ -394,16 +467,24 @@ def test_one_id_over_two_workers_is_a_full_global_batch():
     assert "partial" not in cluster and "Each full global batch of 1 was cut 1/0" in cluster
 
 
-@pytest.mark.parametrize("args,kw,pieces,per_replica", [
-    ((4, 4, 5), {}, [1, 1, 1, 1, 0], None),  # not 0: four replicas got 1
-    ((10, 4, 3), {"policy": "file", "files": 3, "map_after_batch": False}, [2, 1, 1], None),  # not 1: replica 0 got 2
-    ((10, 4, 3), {"policy": "file", "files": 3}, [2, 2, 0], None),
-    # The app's batch note gives both as its example of 4 over 3 replicas, not 2/2/0 only.
-    ((10, 4, 3), {"policy": "off", "drop_remainder": True}, [2, 1, 1], None),
-    ((10, 4, 3), {"policy": "off"}, [2, 2, 0], None),
-    ((6, 4, 2), {}, [2, 2], 2),
-    ((8, 4, 2), {"api": "function"}, [2, 2], 2),
-])
+@pytest.mark.parametrize(
+    "args,kw,pieces,per_replica",
+    [
+        ((4, 4, 5), {}, [1, 1, 1, 1, 0], None),  # not 0: four replicas got 1
+        (
+            (10, 4, 3),
+            {"policy": "file", "files": 3, "map_after_batch": False},
+            [2, 1, 1],
+            None,
+        ),  # not 1: replica 0 got 2
+        ((10, 4, 3), {"policy": "file", "files": 3}, [2, 2, 0], None),
+        # The app's batch note gives both as its example of 4 over 3 replicas, not 2/2/0 only.
+        ((10, 4, 3), {"policy": "off", "drop_remainder": True}, [2, 1, 1], None),
+        ((10, 4, 3), {"policy": "off"}, [2, 2, 0], None),
+        ((6, 4, 2), {}, [2, 2], 2),
+        ((8, 4, 2), {"api": "function"}, [2, 2], 2),
+    ],
+)
 @pytest.mark.slow
 def test_per_replica_batch_is_what_a_full_global_batch_gave(args, kw, pieces, per_replica):
     result = plan(*args, **kw)
@@ -426,14 +507,23 @@ def test_a_cluster_step_of_nothing_is_not_called_a_partial_batch():
     # `split --workers 3 --files 4 --examples 23 --global-batch 4 --policy file` (these are the
     # ids TensorFlow gave): at step 3 every worker takes the empty piece of its own batch, which
     # is a step of no example, not "a partial global batch (0 of 4), cut 0/0/0".
-    plans = [worker_plan([[[0, 1]], [[2, 3]], [[]], [[4, 17]]], policy="file", files=4, global_batch=4, examples=23),
-             worker_plan([[[5, 6]], [[7, 8]], [[]], [[9]]], policy="file", files=4, global_batch=4, examples=23),
-             worker_plan([[[11, 12]], [[13, 14]], [[]], [[15]]], policy="file", files=4, global_batch=4, examples=23)]
+    plans = [
+        worker_plan([[[0, 1]], [[2, 3]], [[]], [[4, 17]]], policy="file", files=4, global_batch=4, examples=23),
+        worker_plan([[[5, 6]], [[7, 8]], [[]], [[9]]], policy="file", files=4, global_batch=4, examples=23),
+        worker_plan([[[11, 12]], [[13, 14]], [[]], [[15]]], policy="file", files=4, global_batch=4, examples=23),
+    ]
     notes = split.cluster_notes(plans)
-    assert "Step 3 carries no example at all: every replica's piece is empty, and it still runs (an all-reduce of " \
-           "nothing)." in notes
+    assert (
+        "Step 3 carries no example at all: every replica's piece is empty, and it still runs (an all-reduce of "
+        "nothing)." in notes
+    )
     assert not any("(0 of 4)" in n for n in notes)
     from distcore import plots
-    merged = {"steps": [[a[0], b[0], c[0]] for a, b, c in zip(*(p["steps"] for p in plans))], "global_batch": 4,
-              "replicas": 3, "notes": notes}
+
+    merged = {
+        "steps": [[a[0], b[0], c[0]] for a, b, c in zip(*(p["steps"] for p in plans))],
+        "global_batch": 4,
+        "replicas": 3,
+        "notes": notes,
+    }
     assert "Step 3 carries no example: every replica's piece is empty." in plots.split_summary(merged)

@@ -36,6 +36,7 @@ SECOND_REQUEST_DURING_THE_FIRST = textwrap.dedent("""
 def test_a_stop_request_handled_during_another_one_does_not_hang():
     # As a threading.Event, the flag's set took a lock, and the second handler waited for it
     # forever: one worker in ~45 runs of the Ctrl-C cluster test hung, its peer in an all-reduce.
-    result = subprocess.run([sys.executable, "-c", SECOND_REQUEST_DURING_THE_FIRST], cwd=ROOT,
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-c", SECOND_REQUEST_DURING_THE_FIRST], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
     assert (result.returncode, result.stdout) == (0, "stop requested: True\n"), result.stderr

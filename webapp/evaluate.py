@@ -1,4 +1,5 @@
 """3 · Evaluate: restore a checkpoint, without a strategy or on chosen devices, and evaluate it."""
+
 from __future__ import annotations
 
 import gradio as gr
@@ -41,10 +42,12 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
         gallery = []
         result["note"] = " ".join(filter(None, [result.get("note"), f"The test images are not shown: {full}"]))
     where = "no strategy" if mode == NO_STRATEGY else ", ".join(result.get("devices") or [])
-    md = (f"### Accuracy {100 * result['accuracy']:.2f}% · loss {result['loss']:.4f}\n"
-          f"{result.get('checkpoint', checkpoint)} (step {result.get('step', '?')}) of "
-          f"**{run_dir.name}**, restored with {where}, on {result.get('examples', '?')} test images."
-          + (f"\n\nNote: {result['note']}" if result.get("note") else ""))
+    md = (
+        f"### Accuracy {100 * result['accuracy']:.2f}% · loss {result['loss']:.4f}\n"
+        f"{result.get('checkpoint', checkpoint)} (step {result.get('step', '?')}) of "
+        f"**{run_dir.name}**, restored with {where}, on {result.get('examples', '?')} test images."
+        + (f"\n\nNote: {result['note']}" if result.get("note") else "")
+    )
     fig = plots.confusion_figure(result["confusion"], data.CLASS_NAMES) if result.get("confusion") else None
     return md, fig, gallery
 
@@ -65,23 +68,31 @@ def sample_gallery(samples: list[dict], data_dir=None) -> list:
 def build(settings: AppSettings, bind, followed) -> dict:
     """The tab's layout and events; `followed` is 2 · Train's run picker. Returns its components."""
     ui = {}
-    gr.Markdown("Restore a saved checkpoint, without a strategy or on a device set of your "
-                "choice, and evaluate it on the run's test set.")
+    gr.Markdown(
+        "Restore a saved checkpoint, without a strategy or on a device set of your "
+        "choice, and evaluate it on the run's test set."
+    )
     with gr.Row(equal_height=True):
         ui["run"] = gr.Dropdown(choices=[], value=None, label="Run", scale=3, allow_custom_value=True)
         # allow_custom_value (both): a timer tick can carry the previous run's checkpoint while the
         # choices already list the new run's, which Gradio would refuse with an error popup.
         # evaluate() checks the name itself.
-        ui["checkpoint"] = gr.Dropdown(choices=[], value=None, label="Checkpoint", scale=2,
-                                       allow_custom_value=True)
+        ui["checkpoint"] = gr.Dropdown(choices=[], value=None, label="Checkpoint", scale=2, allow_custom_value=True)
         refresh = gr.Button("↻ Refresh", scale=1)
-    ui["mode"] = gr.Radio([("No strategy (plain model)", NO_STRATEGY),
-                           ("MirroredStrategy on these devices:", ON_DEVICES)],
-                          value=NO_STRATEGY, label="Restore with")
+    ui["mode"] = gr.Radio(
+        [("No strategy (plain model)", NO_STRATEGY), ("MirroredStrategy on these devices:", ON_DEVICES)],
+        value=NO_STRATEGY,
+        label="Restore with",
+    )
     # Greyed out while "No strategy" is chosen: they are not used then.
     ui["count"], ui["boxes"] = device_inputs(settings, " to evaluate on", "dc-eval-devices", interactive=False)
-    ui["mode"].change(lambda mode: [gr.update(interactive=mode == ON_DEVICES)] * 2, ui["mode"],
-                      [ui["count"], ui["boxes"]], show_progress="hidden", queue=False)
+    ui["mode"].change(
+        lambda mode: [gr.update(interactive=mode == ON_DEVICES)] * 2,
+        ui["mode"],
+        [ui["count"], ui["boxes"]],
+        show_progress="hidden",
+        queue=False,
+    )
     go_button = gr.Button("Evaluate checkpoint", variant="primary")
     ui["result"] = gr.Markdown(elem_classes=LIVE)
     ui["confusion"] = gr.Plot(label="Confusion matrix")
@@ -90,12 +101,16 @@ def build(settings: AppSettings, bind, followed) -> dict:
     # scrolls on its own. Its caption above it, not as Gradio's label, which on a phone covers
     # the first images' tops.
     gr.Markdown("**Test images**: ✓ right · ✗ true class → predicted")
-    ui["gallery"] = gr.Gallery(show_label=False, columns=4, height="fit-content", object_fit="contain",
-                               elem_id="dc-gallery")
+    ui["gallery"] = gr.Gallery(
+        show_label=False, columns=4, height="fit-content", object_fit="contain", elem_id="dc-gallery"
+    )
     ui["run"].change(bind(watch.checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
     refresh.click(lambda name: watch.run_dropdown(settings, name), ui["run"], ui["run"]).then(
-        bind(watch.checkpoint_dropdown, settings), ui["run"], ui["checkpoint"])
-    go_button.click(bind(evaluate, settings),
-                    [ui["run"], ui["checkpoint"], ui["mode"], ui["count"], ui["boxes"], followed],
-                    [ui["result"], ui["confusion"], ui["gallery"]])
+        bind(watch.checkpoint_dropdown, settings), ui["run"], ui["checkpoint"]
+    )
+    go_button.click(
+        bind(evaluate, settings),
+        [ui["run"], ui["checkpoint"], ui["mode"], ui["count"], ui["boxes"], followed],
+        [ui["result"], ui["confusion"], ui["gallery"]],
+    )
     return ui

@@ -1,4 +1,5 @@
 """Markdown and HTML for people: errors, times, progress, a run's status and setup lines."""
+
 from __future__ import annotations
 
 import html
@@ -34,24 +35,33 @@ def status_md(p: jobs.Progress) -> str:
     what = "last loop" if p.live_speed else "mean"
     speed = f"{p.examples_per_sec:,.0f} examples/s ({what})" if p.examples_per_sec else "– examples/s"
     total = f" / {p.total_steps}" if p.total_steps else ""
-    lines = [f"**{p.name}** · **{p.state}** · step {p.step}{total} · epoch {p.epoch} · "
-             f"{speed} · ETA {eta_text(p.eta_seconds)}"]
+    lines = [
+        f"**{p.name}** · **{p.state}** · step {p.step}{total} · epoch {p.epoch} · "
+        f"{speed} · ETA {eta_text(p.eta_seconds)}"
+    ]
     if p.total_steps:
         lines.append(progress_bar(p.step, p.total_steps))
     if p.message:
         lines.append(p.message)
     if p.state == "died":
         # Resume is offered only to a run that saved its settings: without config.json it refuses.
-        lines.append("Its training process is gone without writing a final state (killed, or a crash). " + (
-            "**Resume** continues from the newest checkpoint" +
-            (f" ({p.checkpoints[-1]})." if p.checkpoints else "; it has none, so from step 0.")
-            if p.has_config else
-            "It died before it saved its settings (config.json), so there is nothing to resume: start it "
-            "again under the same name."))
+        lines.append(
+            "Its training process is gone without writing a final state (killed, or a crash). "
+            + (
+                "**Resume** continues from the newest checkpoint"
+                + (f" ({p.checkpoints[-1]})." if p.checkpoints else "; it has none, so from step 0.")
+                if p.has_config
+                else "It died before it saved its settings (config.json), so there is nothing to resume: start it "
+                "again under the same name."
+            )
+        )
     if p.checkpoints:
         shown_ones = ", ".join(p.checkpoints[-5:])
-        lines.append(f"Checkpoints: {shown_ones}" if len(p.checkpoints) <= 5 else
-                     f"Checkpoints ({len(p.checkpoints)}, the newest 5 here; all in 3 · Evaluate): {shown_ones}")
+        lines.append(
+            f"Checkpoints: {shown_ones}"
+            if len(p.checkpoints) <= 5
+            else f"Checkpoints ({len(p.checkpoints)}, the newest 5 here; all in 3 · Evaluate): {shown_ones}"
+        )
     return "\n\n".join(lines)
 
 
@@ -59,12 +69,14 @@ def config_line(c: dict) -> str:
     """The run's setup in one line (empty until config.json exists)."""
     if not c:
         return ""
-    return (f"\n\nSetup: {c.get('model')} · {c.get('optimizer')} · learning rate "
-            f"{c.get('learning_rate')} · global batch {c.get('global_batch')} on {where_trained(c)} · "
-            f"policy {str(c.get('policy')).upper()} · "
-            f"input API {c.get('api')} · {c.get('train_examples')} training / "
-            f"{c.get('test_examples')} test examples · seed {c.get('seed')}"
-            + (f" · L2 weight {c.get('l2')} (in the loss)" if c.get("l2") else ""))
+    return (
+        f"\n\nSetup: {c.get('model')} · {c.get('optimizer')} · learning rate "
+        f"{c.get('learning_rate')} · global batch {c.get('global_batch')} on {where_trained(c)} · "
+        f"policy {str(c.get('policy')).upper()} · "
+        f"input API {c.get('api')} · {c.get('train_examples')} training / "
+        f"{c.get('test_examples')} test examples · seed {c.get('seed')}"
+        + (f" · L2 weight {c.get('l2')} (in the loss)" if c.get("l2") else "")
+    )
 
 
 def where_trained(c: dict) -> str:
@@ -86,13 +98,26 @@ def log_text(run_dir: Path, metrics: list[dict], n: int = 12) -> str:
     the box says so rather than suggest more output is to come."""
     events = [event_line(m) for m in metrics if "event" in m][-n:]
     output = jobs.tail_lines(run_dir / jobs.LOG_FILE, n)
-    missing = ("(none yet)" if (run_dir / jobs.LOG_FILE).exists() else
-               "(none: the app keeps the output of the processes it starts; this run's came from the CLI or a "
-               "Python program, which printed it where it ran)")
-    later = (["(a later process, from the CLI or a Python program, trained this run since; its output is "
-              "where it ran)"] if output and jobs.trained_since_by_others(run_dir, metrics) else [])
-    return "\n".join(["── events ──", *(events or ["(none yet)"]),
-                      "── process output (train.log) ──", *(output or [missing]), *later])
+    missing = (
+        "(none yet)"
+        if (run_dir / jobs.LOG_FILE).exists()
+        else "(none: the app keeps the output of the processes it starts; this run's came from the CLI or a "
+        "Python program, which printed it where it ran)"
+    )
+    later = (
+        ["(a later process, from the CLI or a Python program, trained this run since; its output is where it ran)"]
+        if output and jobs.trained_since_by_others(run_dir, metrics)
+        else []
+    )
+    return "\n".join(
+        [
+            "── events ──",
+            *(events or ["(none yet)"]),
+            "── process output (train.log) ──",
+            *(output or [missing]),
+            *later,
+        ]
+    )
 
 
 def gallery_caption(predicted: int, label: int) -> str:

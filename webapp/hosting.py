@@ -6,6 +6,7 @@ GRADIO_SERVER_PORT and GRADIO_TEMP_DIR as it loads. The patches in `patch_gradio
 GRADIO_VERSION; tests/test_hosting.py fails when the installed Gradio differs or the patched
 functions change shape, so a Gradio upgrade re-examines each one.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -45,8 +46,10 @@ def gradio_temp_dir() -> str | None:
     try:
         tmp = Path(tempfile.gettempdir())
     except FileNotFoundError as err:  # Gradio's own import would fail on it with a traceback
-        raise DistcoreError(f"{err}. Gradio keeps its files in a temporary folder: set TMPDIR to a folder you "
-                            "can write (with a read-only root filesystem, mount one at /tmp).") from None
+        raise DistcoreError(
+            f"{err}. Gradio keeps its files in a temporary folder: set TMPDIR to a folder you "
+            "can write (with a read-only root filesystem, mount one at /tmp)."
+        ) from None
     shared = tmp / "gradio"
     return str(tmp / f"gradio-{os.getuid()}") if shared.exists() and not os.access(shared, os.W_OK | os.X_OK) else None
 
@@ -67,13 +70,17 @@ def check_port_free(host: str, port: int) -> None:
             s.bind((host.strip("[]"), port))
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
-            raise DistcoreError(f"port {port} on {host} is already in use; stop whatever "
-                                "uses it or set GRADIO_SERVER_PORT to a free port.") from None
-        raise DistcoreError(f"cannot listen on {host}:{port} ({e.strerror or e}); check "
-                            "GRADIO_SERVER_NAME and GRADIO_SERVER_PORT.") from None
+            raise DistcoreError(
+                f"port {port} on {host} is already in use; stop whatever "
+                "uses it or set GRADIO_SERVER_PORT to a free port."
+            ) from None
+        raise DistcoreError(
+            f"cannot listen on {host}:{port} ({e.strerror or e}); check GRADIO_SERVER_NAME and GRADIO_SERVER_PORT."
+        ) from None
 
 
 # ---------------------------------------------------------------- Gradio 6.31 patches
+
 
 def radio_preprocess_taking_numbers_as_text(preprocess):
     """A Radio of whole numbers takes them as text too. gradio_client's view_api lists every
@@ -81,11 +88,16 @@ def radio_preprocess_taking_numbers_as_text(preprocess):
     "3" as "not in the list of choices". Patched on the class: Gradio rebuilds a session's
     component from its arguments when an event updates it, and writes a .pyi file beside any
     module that subclasses one."""
+
     def taking_text(self, payload):
-        if (isinstance(payload, str) and payload.strip().isdigit()
-                and all(type(value) is int for _, value in self.choices)):
+        if (
+            isinstance(payload, str)
+            and payload.strip().isdigit()
+            and all(type(value) is int for _, value in self.choices)
+        ):
             payload = int(payload)
         return preprocess(self, payload)
+
     taking_text.wrapped = preprocess
     return taking_text
 
@@ -96,12 +108,14 @@ def session_copies_keeping_their_ids(setitem):
     next event taking it as input files it under the new id as well (Blocks.preprocess_data:
     `if block._id not in state`): without this, every timer tick of an open page keeps one more
     component per picker, about 25 KB a poll, for as long as the app runs."""
+
     def keeping_ids(self, key, value):
         from gradio.blocks import Block
 
         if isinstance(value, Block) and value._id != key:
             value._id = key
         return setitem(self, key, value)
+
     keeping_ids.wrapped = setitem
     return keeping_ids
 
@@ -124,8 +138,11 @@ def patched_shapes() -> dict:
 
     def original(fn):
         return getattr(fn, "wrapped", fn)
-    return {"Radio.preprocess": str(inspect.signature(original(gr.Radio.preprocess))),
-            "SessionState.__setitem__": str(inspect.signature(original(SessionState.__setitem__)))}
+
+    return {
+        "Radio.preprocess": str(inspect.signature(original(gr.Radio.preprocess))),
+        "SessionState.__setitem__": str(inspect.signature(original(SessionState.__setitem__))),
+    }
 
 
 def gradio_room(nbytes: int) -> str | None:
@@ -148,6 +165,7 @@ def gradio_room(nbytes: int) -> str | None:
 
 # ---------------------------------------------------------------- the process
 
+
 def keep_large_blocks_off_the_heap() -> None:
     """Have glibc map every block of 128 KiB or more on its own, and unmap it when freed.
 
@@ -166,18 +184,25 @@ def leave_stopping_own_runs(root: Path) -> None:
     """SIGTERM (`docker stop`, a Space's restart, a service manager): the container's end takes
     this app's trainings with it, so they stop first, each with a checkpoint. Ctrl-C leaves
     them training, to be followed again by the next app on this runs folder."""
-    print("distcore app: SIGTERM, stopping the runs this app started (each saves a checkpoint) ...",
-          file=sys.stderr, flush=True)
+    print(
+        "distcore app: SIGTERM, stopping the runs this app started (each saves a checkpoint) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     stopped, going = jobs.stop_own_runs(root)
-    done = ', '.join(stopped) if stopped else 'no runs'
+    done = ", ".join(stopped) if stopped else "no runs"
     if not going:
         print(f"distcore app: stopped {done}; leaving.", file=sys.stderr, flush=True)
         raise SystemExit(128 + signal.SIGTERM)
     # Runs whose loop of steps is longer (Steps per loop, a loaded machine) are waited for: as
     # PID 1, leaving now would end the container, and them with it; the supervisor's grace decides.
-    print(f"distcore app: stopped {done}; still finishing their loop of steps: {', '.join(going)}; waiting "
-          "for them before leaving (if the container is killed first, they lose the steps since their "
-          "last checkpoint).", file=sys.stderr, flush=True)
+    print(
+        f"distcore app: stopped {done}; still finishing their loop of steps: {', '.join(going)}; waiting "
+        "for them before leaving (if the container is killed first, they lose the steps since their "
+        "last checkpoint).",
+        file=sys.stderr,
+        flush=True,
+    )
     late = [name for name in going if not jobs.wait_until_done(root / name, timeout=STOP_WAIT_SECONDS)]
     outcome = f"still training after {STOP_WAIT_SECONDS} s: {', '.join(late)}" if late else "they stopped"
     print(f"distcore app: {outcome}; leaving.", file=sys.stderr, flush=True)

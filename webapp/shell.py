@@ -3,6 +3,7 @@
 build_app composes the tabs (setup, train, evaluate, loss) and wires what spans them: one timer
 polls the runs for both pickers, and the browser keeps its tab, its form and the run it follows.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,22 +42,32 @@ def about_md(settings: AppSettings) -> str:
     start, end = text.find(ABOUT_START), text.find(ABOUT_END)
     if start < 0 or end < start:
         raise RuntimeError(f"{ABOUT_SOURCE} lacks its {ABOUT_START} ... {ABOUT_END} section")
-    about = text[start + len(ABOUT_START):end].strip()
+    about = text[start + len(ABOUT_START) : end].strip()
     return f"\n{about}\n\n{HOW_IT_RUNS.format(root=settings.runs_root, max_jobs=settings.max_jobs)}\n"
 
 
 def header_md(settings: AppSettings) -> str:
-    devices = ", ".join(settings.gpus) if settings.gpus else (
-        f"CPU only, split into up to {settings.max_logical_cpus} logical devices")
+    devices = (
+        ", ".join(settings.gpus)
+        if settings.gpus
+        else (f"CPU only, split into up to {settings.max_logical_cpus} logical devices")
+    )
     note = f"\n\n{error_md(settings.device_note)}" if settings.device_note else ""
-    return (f"# distcore: distributed training with tf.distribute\n"
-            f"MirroredStrategy custom training loop on Fashion-MNIST · TensorFlow "
-            f"{settings.tensorflow} · devices: {devices} · runs folder `{settings.runs_root}` · "
-            f"up to {settings.max_jobs} training jobs at once.{note}")
+    return (
+        f"# distcore: distributed training with tf.distribute\n"
+        f"MirroredStrategy custom training loop on Fashion-MNIST · TensorFlow "
+        f"{settings.tensorflow} · devices: {devices} · runs folder `{settings.runs_root}` · "
+        f"up to {settings.max_jobs} training jobs at once.{note}"
+    )
 
 
-def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
-              planner: jobs.Planner | None = None, poll_seconds: float = 2.0) -> gr.Blocks:
+def build_app(
+    runs_root=None,
+    max_jobs=None,
+    devices_info: dict | None = None,
+    planner: jobs.Planner | None = None,
+    poll_seconds: float = 2.0,
+) -> gr.Blocks:
     """The whole UI. devices_info defaults to asking `distcore devices` once."""
     settings = make_settings(runs_root, max_jobs, devices_info or detect_devices(), poll_seconds)
     planner = planner or jobs.Planner()
@@ -82,28 +93,41 @@ def build_app(runs_root=None, max_jobs=None, devices_info: dict | None = None,
         keep_tab_in_browser(demo, tabs, [setup_tab, train_tab, evaluate_tab, loss_tab])
         # Plotly sizes a plot redrawn in a hidden tab at its default width; a resize event
         # after the tab shows makes it fill its panel again.
-        train_tab.select(None, None, None,
-                         js="() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 100); }")
+        train_tab.select(
+            None, None, None, js="() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 100); }"
+        )
         lists = gr.State(None)  # per session: what the Evaluate tab's pickers show
         chosen = gr.State(None)  # per session: the run (and checkpoint) the user picked there
         evaluate_ui["run"].input(lambda name: [name, None], evaluate_ui["run"], chosen)
-        evaluate_ui["checkpoint"].input(lambda name, ckpt: [name, ckpt],
-                                        [evaluate_ui["run"], evaluate_ui["checkpoint"]], chosen)
-        timer.tick(bind(watch.poll_lists, settings),
-                   [train_ui["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists, chosen, train_ui["run"]],
-                   [train_ui["run"], train_ui["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
-                   show_progress="hidden", concurrency_limit=8, api_name="poll_lists")
+        evaluate_ui["checkpoint"].input(
+            lambda name, ckpt: [name, ckpt], [evaluate_ui["run"], evaluate_ui["checkpoint"]], chosen
+        )
+        timer.tick(
+            bind(watch.poll_lists, settings),
+            [train_ui["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists, chosen, train_ui["run"]],
+            [train_ui["run"], train_ui["labels"], evaluate_ui["run"], evaluate_ui["checkpoint"], lists],
+            show_progress="hidden",
+            concurrency_limit=8,
+            api_name="poll_lists",
+        )
         # Each browser keeps the run it follows, as it keeps its form and tab, so a reload (or the
         # page reloading itself after an app restart) follows that run, not another user's.
         followed = gr.BrowserState(None, storage_key="distcore-run", secret="distcore-run")
         train_ui["run"].change(lambda name: name, train_ui["run"], followed, show_progress="hidden", queue=False)
-        demo.load(bind(watch.on_load, settings), followed,
-                  [train_ui["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]], api_name="on_load")
+        demo.load(
+            bind(watch.on_load, settings),
+            followed,
+            [train_ui["run"], evaluate_ui["run"], evaluate_ui["checkpoint"]],
+            api_name="on_load",
+        )
         keep = setup.keep_setup_in_browser(demo, setup_ui)
         # A form filled in from a run is kept too (.input events fire for typing only).
-        train_ui["use_settings"].click(bind(train.load_run_settings, settings), train_ui["run"],
-                                       [train_ui["message"], *setup.train_form(setup_ui)], api_name="use_run_settings"
-                                       ).then(**keep)
+        train_ui["use_settings"].click(
+            bind(train.load_run_settings, settings),
+            train_ui["run"],
+            [train_ui["message"], *setup.train_form(setup_ui)],
+            api_name="use_run_settings",
+        ).then(**keep)
     demo.planner = planner  # so main() and tests can close it
     demo.settings = settings
     return demo
@@ -117,13 +141,18 @@ def keep_tab_in_browser(demo: gr.Blocks, tabs: gr.Tabs, tab_list: list) -> None:
         # Kept on the server: Gradio selects the first tab as a page loads, and a browser-only
         # (js) handler would store "setup" over the kept tab before it is read.
         tab.select(lambda chosen=tab_id: chosen, None, kept, show_progress="hidden", queue=False)
-    demo.load(lambda tab_id: gr.Tabs(selected=tab_id) if tab_id in TABS[1:] else gr.skip(), kept, tabs,
-              show_progress="hidden")
+    demo.load(
+        lambda tab_id: gr.Tabs(selected=tab_id) if tab_id in TABS[1:] else gr.skip(), kept, tabs, show_progress="hidden"
+    )
 
 
 def launch(demo: gr.Blocks, host: str, port: int) -> None:
     """Serve the app (blocks until the server stops), with the page's own CSS and script."""
     demo.queue(default_concurrency_limit=2).launch(
-        server_name=host, server_port=port, css=static_text("app.css"), js=static_text("app.js"),
-        show_error=False, state_session_capacity=hosting.SESSIONS_KEPT,
+        server_name=host,
+        server_port=port,
+        css=static_text("app.css"),
+        js=static_text("app.js"),
+        show_error=False,
+        state_session_capacity=hosting.SESSIONS_KEPT,
     )

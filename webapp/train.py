@@ -3,6 +3,7 @@
 The form becomes a TrainConfig and a command line in distcore.forms; the job limit is
 distcore.joblimit's; the resume rules are TrainConfig's (forms.check_same_setup words them).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -37,8 +38,10 @@ def start_run(settings: AppSettings, lock, run_name, *form):
     except DistcoreError as e:
         return error_md(e), gr.skip()
     where = f"{cfg.workers} worker processes" if cfg.workers > 1 else ", ".join(cfg.devices)
-    msg = (f"Started **{name}** (process {pid}) on {where}; "
-           f"{cfg.total_steps()} steps. It runs in the background: you can close this page.")
+    msg = (
+        f"Started **{name}** (process {pid}) on {where}; "
+        f"{cfg.total_steps()} steps. It runs in the background: you can close this page."
+    )
     return msg, watch.run_dropdown(settings, name)
 
 
@@ -47,10 +50,13 @@ def start_click(settings: AppSettings, lock, recent, run_name, *form):
     REPEAT_SECONDS of this session's last start) starts nothing. Returns start_run's outputs
     and this session's last start (gr.State)."""
     now = time.time()
-    if (not run_name and recent and recent["form"] == list(form)
-            and now - recent["time"] < REPEAT_SECONDS):
-        return (f"Already started **{recent['name']}** {now - recent['time']:.0f} s ago with these "
-                "settings; this click started nothing.", gr.skip(), recent)
+    if not run_name and recent and recent["form"] == list(form) and now - recent["time"] < REPEAT_SECONDS:
+        return (
+            f"Already started **{recent['name']}** {now - recent['time']:.0f} s ago with these "
+            "settings; this click started nothing.",
+            gr.skip(),
+            recent,
+        )
     message, dropdown = start_run(settings, lock, run_name, *form)
     if isinstance(dropdown, dict) and dropdown.get("value") and not run_name:
         recent = {"name": dropdown["value"], "form": list(form), "time": now}
@@ -62,12 +68,14 @@ def claiming(settings: AppSettings, handler):
     argument, returned last), the run it started (the run picker's new value) with the process
     it started: [name, pid]. A claim names the process, so it ends with that process: a later
     resume of the run, by another user or the CLI, is not this page's."""
+
     def claim(mine, *args):
         out = handler(*args)
         started = out[1].get("value") if isinstance(out[1], dict) else None  # gr.skip(): nothing started
         if not started:
             return (*out, mine)
         return (*out, [*(mine or []), [started, jobs.launched_pid(runs.safe_run_dir(settings.runs_root, started))]])
+
     return claim
 
 
@@ -79,8 +87,11 @@ def stop_click(settings: AppSettings, mine, armed, name):
     confirmed = bool(armed) and armed["name"] == name and now - armed["time"] < CONFIRM_SECONDS
     if confirmed or name not in jobs.active_runs(settings.runs_root) or started_here(settings, mine, name):
         return stop_run(settings, name), None
-    return (f"**{name}** was not started from this page: it may be another user's run. To stop it, "
-            f"press **Stop training** again within {CONFIRM_SECONDS} s.", {"name": name, "time": now})
+    return (
+        f"**{name}** was not started from this page: it may be another user's run. To stop it, "
+        f"press **Stop training** again within {CONFIRM_SECONDS} s.",
+        {"name": name, "time": now},
+    )
 
 
 def started_here(settings: AppSettings, mine, name) -> bool:
@@ -116,16 +127,19 @@ def resume_run(settings: AppSettings, lock, name, *form):
         runs.resume_config(run_dir, forms.resumable_values(wanted))  # as the CLI checks it
         # A run still training is refused before the job limit, which counts its process too.
         with lock, joblimit.slot(settings.runs_root, settings.max_jobs, busy=run_dir):
-            pid = jobs.start_training(settings.runs_root, run_dir.name, forms.resume_args(wanted),
-                                      resume=True, workers=wanted.workers)
+            pid = jobs.start_training(
+                settings.runs_root, run_dir.name, forms.resume_args(wanted), resume=True, workers=wanted.workers
+            )
     except (DistcoreError, ValueError) as e:
         return error_md(e), gr.skip()
     saved_ones = runs.list_checkpoints(run_dir)
     where = f"from {saved_ones[-1]}" if saved_ones else "from step 0 (it has no checkpoint yet)"
     changed = forms.resume_changes(saved, wanted)
     changes = f", with {', '.join(changed)}" if changed else ""
-    return (f"Resuming **{run_dir.name}** {where}{changes}; {wanted.total_steps()} steps in all (process {pid}).",
-            watch.run_dropdown(settings, run_dir.name))
+    return (
+        f"Resuming **{run_dir.name}** {where}{changes}; {wanted.total_steps()} steps in all (process {pid}).",
+        watch.run_dropdown(settings, run_dir.name),
+    )
 
 
 def form_devices(settings: AppSettings, devices) -> tuple:
@@ -150,17 +164,29 @@ def load_run_settings(settings: AppSettings, name):
     except (DistcoreError, ValueError) as e:
         return error_md(e), *[gr.skip()] * len(forms.TRAIN_FORM)
     count, boxes = form_devices(settings, cfg.devices) if cfg.workers == 1 else (gr.skip(), gr.skip())
-    notes = [] if count is not None else [f"its devices ({forms.shown('devices', cfg.devices)}) are not offered "
-                                          "here, so the device choice is unchanged"]
+    notes = (
+        []
+        if count is not None
+        else [
+            f"its devices ({forms.shown('devices', cfg.devices)}) are not offered "
+            "here, so the device choice is unchanged"
+        ]
+    )
     if cfg.l2:
         notes.append(f"its L2 weight ({cfg.l2}) has no field here; Resume keeps it, a new run trains without it")
     values = forms.form_values(cfg)
-    fields = [gr.skip() if count is None else count, gr.skip() if boxes is None else boxes,
-              *(values[key] for key, _ in forms.TRAIN_FORM[2:])]
+    fields = [
+        gr.skip() if count is None else count,
+        gr.skip() if boxes is None else boxes,
+        *(values[key] for key, _ in forms.TRAIN_FORM[2:]),
+    ]
     extra = f" Note: {'; '.join(notes)}." if notes else ""
-    return (f"**1 · Setup & split** now holds run **{run_dir.name}**'s settings. Raise Epochs or Max steps "
-            f"there and press **Resume** to continue it, or give a new name and **Start training** for a copy."
-            f"{extra}", *fields)
+    return (
+        f"**1 · Setup & split** now holds run **{run_dir.name}**'s settings. Raise Epochs or Max steps "
+        f"there and press **Resume** to continue it, or give a new name and **Start training** for a copy."
+        f"{extra}",
+        *fields,
+    )
 
 
 def export_run(settings: AppSettings, name):
@@ -185,16 +211,19 @@ def export_run(settings: AppSettings, name):
 def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> dict:
     """The tab's layout and events; returns its components by name."""
     ui = {}
-    gr.Markdown("Training runs in its own process and keeps going if you close the page. "
-                "**Stop training** stops at the end of the current loop of *Steps per loop* steps "
-                "(with worker processes, once they agree: at most one loop later) and saves a checkpoint; "
-                "**Resume** continues the selected run from its latest checkpoint with the epochs, max "
-                "steps (0 = no limit), steps per loop, checkpoint interval, checkpoints kept, devices and "
-                "worker processes set in **1 · Setup & split**; its other fields there must match the run's "
-                "(**Use its settings in Setup** copies them from the run).")
+    gr.Markdown(
+        "Training runs in its own process and keeps going if you close the page. "
+        "**Stop training** stops at the end of the current loop of *Steps per loop* steps "
+        "(with worker processes, once they agree: at most one loop later) and saves a checkpoint; "
+        "**Resume** continues the selected run from its latest checkpoint with the epochs, max "
+        "steps (0 = no limit), steps per loop, checkpoint interval, checkpoints kept, devices and "
+        "worker processes set in **1 · Setup & split**; its other fields there must match the run's "
+        "(**Use its settings in Setup** copies them from the run)."
+    )
     with gr.Row():
-        ui["name"] = gr.Textbox(label="New run name", placeholder="empty = run-DATE-TIME",
-                                info="ASCII letters, digits, _ . - only", scale=2)
+        ui["name"] = gr.Textbox(
+            label="New run name", placeholder="empty = run-DATE-TIME", info="ASCII letters, digits, _ . - only", scale=2
+        )
         start = gr.Button("Start training", variant="primary", scale=1)
         stop = gr.Button("Stop training", variant="stop", scale=1)
         resume = gr.Button("Resume", scale=1)
@@ -211,8 +240,7 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
     ui["epoch_plot"] = gr.Plot(label="Loss and accuracy per epoch", show_label=False)
     # Tall enough for all of log_text (2 x 12 lines and 2 headings): the newest lines are at the
     # bottom of each part, and a box that scrolls opens at its top, hiding them.
-    ui["logs"] = gr.Textbox(label="Latest log lines", lines=8, max_lines=26, elem_id="dc-logs",
-                            interactive=False)
+    ui["logs"] = gr.Textbox(label="Latest log lines", lines=8, max_lines=26, elem_id="dc-logs", interactive=False)
     with gr.Accordion("Download this run", open=False):
         export = gr.Button("Export metrics CSV + config.json")
         ui["files"] = gr.File(label="Files", file_count="multiple", interactive=False)
@@ -223,20 +251,32 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
     recent = gr.State(None)  # per session: its last start with an empty name (start_click)
     mine = gr.State([])  # per session: the runs it started or resumed (claiming)
     armed = gr.State(None)  # per session: a Stop of another run, waiting for its second click
-    start.click(claiming(settings, bind(start_click, settings, lock)), [mine, recent, ui["name"], *train_form(setup)],
-                [ui["message"], ui["run"], recent, mine], api_name="start_run")
+    start.click(
+        claiming(settings, bind(start_click, settings, lock)),
+        [mine, recent, ui["name"], *train_form(setup)],
+        [ui["message"], ui["run"], recent, mine],
+        api_name="start_run",
+    )
     stop.click(bind(stop_click, settings), [mine, armed, ui["run"]], [ui["message"], armed], api_name="stop_run")
-    resume.click(claiming(settings, bind(resume_run, settings, lock)), [mine, ui["run"], *train_form(setup)],
-                 [ui["message"], ui["run"], mine], api_name="resume_run")
-    refresh.click(lambda name: watch.run_dropdown(settings, name), ui["run"], ui["run"],
-                  api_name="refresh_runs")
+    resume.click(
+        claiming(settings, bind(resume_run, settings, lock)),
+        [mine, ui["run"], *train_form(setup)],
+        [ui["message"], ui["run"], mine],
+        api_name="resume_run",
+    )
+    refresh.click(lambda name: watch.run_dropdown(settings, name), ui["run"], ui["run"], api_name="refresh_runs")
     ui["run"].change(bind(watch.run_view, settings), ui["run"], view, api_name="run_view")
     # Another run followed, or this one started again: its exported files are no longer "this run".
     for changed in (ui["run"].change, start.click, resume.click):
         changed(lambda: (None, ""), None, [ui["files"], ui["export_msg"]], show_progress="hidden")
-    timer.tick(bind(watch.poll_run, settings), [ui["run"], sig], [*view, sig],
-               show_progress="hidden", concurrency_limit=8, api_name="poll_run")
+    timer.tick(
+        bind(watch.poll_run, settings),
+        [ui["run"], sig],
+        [*view, sig],
+        show_progress="hidden",
+        concurrency_limit=8,
+        api_name="poll_run",
+    )
     ui["labels"] = gr.State(None)  # per session: the run picker's labels (polled with Evaluate's, poll_lists)
-    export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]],
-                 api_name="export_run")
+    export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]], api_name="export_run")
     return ui

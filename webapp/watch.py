@@ -1,6 +1,7 @@
 """The run a page follows: its status, plots and log, redrawn as its folder changes, and the run
 and checkpoint pickers of 2 · Train and 3 · Evaluate. Which run to follow is distcore.follow's
 rule; this module shows it."""
+
 from __future__ import annotations
 
 import gradio as gr
@@ -23,8 +24,10 @@ def unlisted_note(settings: AppSettings) -> str:
         return ""
     more = f" and {len(unlisted) - 3} more" if len(unlisted) > 3 else ""
     shown = ", ".join(repr(name) for name in unlisted[:3]) + more
-    return (f"Not listed: {shown} in the runs folder. Run names take 1-100 ASCII letters, digits, '_', '.' or '-', "
-            "starting with a letter or digit: rename the folder, then ↻ Refresh runs.")
+    return (
+        f"Not listed: {shown} in the runs folder. Run names take 1-100 ASCII letters, digits, '_', '.' or '-', "
+        "starting with a letter or digit: rename the folder, then ↻ Refresh runs."
+    )
 
 
 def run_dropdown(settings: AppSettings, value=None):
@@ -44,8 +47,12 @@ def checkpoint_dropdown(settings: AppSettings, name):
 def run_view(settings: AppSettings, name):
     """(status markdown, loss figure, epoch figure, log text) for one run."""
     if not name:
-        return ("No run selected yet: set one up and press **Start training**.",
-                plots.loss_figure([]), plots.epoch_figure([]), "")
+        return (
+            "No run selected yet: set one up and press **Start training**.",
+            plots.loss_figure([]),
+            plots.epoch_figure([]),
+            "",
+        )
     try:
         run_dir = run_dir_of(settings, name)
     except DistcoreError as e:
@@ -57,8 +64,7 @@ def run_view(settings: AppSettings, name):
     # The checkpoints on disk, not the log's: one deleted by hand is no longer there to restore.
     saved = [runs.checkpoint_step(c) for c in runs.list_checkpoints(run_dir)]
     l2 = config.get("l2") or 0
-    return (text, plots.loss_figure(metrics, saved, l2), plots.epoch_figure(metrics, l2),
-            log_text(run_dir, metrics))
+    return (text, plots.loss_figure(metrics, saved, l2), plots.epoch_figure(metrics, l2), log_text(run_dir, metrics))
 
 
 def run_signature(settings: AppSettings, name) -> tuple:
@@ -90,8 +96,10 @@ def poll_lists(settings: AppSettings, last_labels, run, checkpoint, last, chosen
     The runs are listed once a tick for the two (each label reads a status.json).
     `followed` is the run the Train tab follows."""
     labels = follow.run_labels(settings.runs_root)
-    return (*poll_run_list(labels, last_labels),
-            *poll_evaluate_lists(settings, labels, run, checkpoint, last, chosen, followed))
+    return (
+        *poll_run_list(labels, last_labels),
+        *poll_evaluate_lists(settings, labels, run, checkpoint, last, chosen, followed),
+    )
 
 
 def poll_run_list(labels, last_labels):
