@@ -180,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import add_arguments as add_bench_arguments  # no TensorFlow at import
 
     add_bench_arguments(p)
+    from .runcommands import add_parsers as add_run_commands  # sweep, runs (no plotly at import)
+
+    add_run_commands(sub)
     return parser
 
 
@@ -736,6 +739,13 @@ def cmd_bench(args) -> int:
     return bench.main(args)
 
 
+def run_command(name: str, args) -> int:
+    """`sweep` and `runs` (distcore.runcommands, loaded for them alone)."""
+    from . import runcommands
+
+    return getattr(runcommands, name)(args)
+
+
 COMMANDS = {
     "devices": cmd_devices,
     "split": cmd_split,
@@ -745,6 +755,8 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "loss-check": cmd_loss_check,
     "bench": cmd_bench,
+    "sweep": lambda args: run_command("cmd_sweep", args),
+    "runs": lambda args: run_command("cmd_runs", args),
 }
 
 

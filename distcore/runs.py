@@ -691,3 +691,11 @@ def pid_alive(pid) -> bool:
     """True if pid runs and is not a zombie."""
     fields = proc_stat(pid)
     return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def read_system(run_dir) -> list[dict]:
+    """RUN/system.jsonl: the training process's CPU, memory and GPU samples, oldest first
+    (distcore.sysmetrics writes them; torn or foreign lines are skipped)."""
+    from . import sysmetrics  # psutil is loaded only where samples are read
+
+    return sysmetrics.read(run_dir)

@@ -1,0 +1,283 @@
+"""Comparing runs: the table of the runs folder, the curves to overlay, the configuration fields
+that differ, TensorBoard's smoothing, and the CSV of a comparison.
+
+Everything is read from the run folders (config.json, metrics.jsonl, status.json, notes.txt);
+pure functions of plain data, no TensorFlow, no Gradio.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from pathlib import Path
+
+from . import follow, jobs, manage, plots, runs
+from .config import DistcoreError
+
+X_AXES = {"step": "step", "examples": "examples seen", "time": "wall time, s"}
+DEFAULT_PICKS = 5  # a tab opened with no pick compares the newest runs, this many
+MAX_PICKS = 12  # more traces than a legend can name
+MAX_POINTS = 2000  # per trace: past it, each point is the mean of a few steps (plots.binned_losses)
+TABLE_COLUMNS = (
+    "name",
+    "task",
+    "model",
+    "devices",
+    "replicas",
+    "workers",
+    "global_batch",
+    "policy",
+    "status",
+    "steps",
+    "test_accuracy",
+    "examples_per_sec",
+    "wall_seconds",
+    "started",
+    "notes",
+)
+# Fields that say nothing of how two runs differ as experiments.
+NOT_COMPARED = {"data_dir", "physical_devices"}
+
+
+def smooth(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's scalar smoothing: an exponential moving average, debiased as Adam's moments
+    are, so the first points are not pulled towards 0. `weight` in [0, 1): 0 leaves the values
+    as they are. Values that are not finite are kept as they are and skipped by the average."""
+    weight = check_weight(weight)
+    last, count, out = 0.0, 0, []
+    for v in values:
+        if v is None or not math.isfinite(v):
+            out.append(v)
+            continue
+        last = last * weight + (1 - weight) * v
+        count += 1
+        out.append(last / (1 - weight**count) if weight else v)
+    return out
+
+
+def check_weight(weight) -> float:
+    try:
+        weight = float(weight)
+    except (TypeError, ValueError):
+        raise DistcoreError(f"smoothing ({weight!r}) must be a number from 0 (none) to 0.99.") from None
+    if not 0 <= weight <= 0.99:
+        raise DistcoreError(f"smoothing ({weight}) must be from 0 (none) to 0.99.")
+    return weight
+
+
+def check_x_axis(x_axis: str) -> str:
+    if x_axis not in X_AXES:
+        raise DistcoreError(f"x-axis {x_axis!r} is not one of {', '.join(X_AXES)}.")
+    return x_axis
+
+
+def start_time(metrics: list[dict]) -> float | None:
+    """When the run first started training: its first start (or resume) event."""
+    first = next((m for m in metrics if m.get("event") in ("start", "resume")), None)
+    return first.get("time") if first else (metrics[0].get("time") if metrics else None)
+
+
+def wall_seconds(metrics: list[dict]) -> float | None:
+    """Seconds spent training: from each start or resume event to the last record of that
+    process, summed (the time between a stop and a resume is not the run's)."""
+    total, began, last = 0.0, None, None
+    for m in metrics:
+        t = m.get("time")
+        if t is None:
+            continue
+        if m.get("event") in ("start", "resume"):
+            if began is not None and last is not None:
+                total += last - began
+            began = last = t
+        elif began is not None:
+            last = t
+    if began is not None and last is not None:
+        total += last - began
+    return round(total, 1) if began is not None else None
+
+
+def final_accuracy(metrics: list[dict]) -> float | None:
+    """The last test accuracy the run logged (an epoch's end or a checkpoint's)."""
+    tested = [m["test_accuracy"] for m in metrics if isinstance(m.get("test_accuracy"), (int, float))]
+    return tested[-1] if tested else None
+
+
+def run_row(run_dir) -> dict:
+    """One line of the table: what the run is, how it went, and its notes."""
+    run_dir = Path(run_dir)
+    config, _damaged = runs.shown_config(run_dir)
+    metrics = runs.read_metrics(run_dir)
+    steps = [m["step"] for m in plots.step_records(metrics)]
+    began = start_time(metrics)
+    speed, accuracy = jobs.mean_speed(metrics), final_accuracy(metrics)
+    devices = config.get("devices") or []
+    return {
+        "name": run_dir.name,
+        "task": config.get("task", "fashion-mnist"),
+        "model": config.get("model"),
+        "devices": ",".join(devices) if isinstance(devices, list) else str(devices),
+        "replicas": len(devices) * (config.get("workers") or 1) if isinstance(devices, list) else None,
+        "workers": config.get("workers", 1),
+        "global_batch": config.get("global_batch"),
+        "policy": config.get("policy"),
+        "status": jobs.run_state(run_dir, metrics=metrics),
+        "steps": steps[-1] if steps else 0,
+        "test_accuracy": round(accuracy, 4) if accuracy is not None else None,
+        "examples_per_sec": round(speed, 1) if speed else None,
+        "wall_seconds": wall_seconds(metrics),
+        "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(began)) if began else None,
+        "notes": manage.read_notes(run_dir),
+    }
+
+
+def table(runs_root) -> list[dict]:
+    """The runs folder's runs, newest first, one row each."""
+    return [run_row(Path(runs_root) / name) for name in follow.run_names(runs_root)]
+
+
+def default_picks(runs_root, names: list[str] | None = None) -> list[str]:
+    """What a tab opened with no pick compares: the newest runs with at least one logged step."""
+    names = follow.run_names(runs_root) if names is None else names
+    return [n for n in names if (Path(runs_root) / n / "metrics.jsonl").is_file()][:DEFAULT_PICKS]
+
+
+def picked_dirs(runs_root, picks) -> list[Path]:
+    """The picked runs' folders, by name (each checked to lie inside the runs folder)."""
+    picks = list(dict.fromkeys(picks or []))
+    if len(picks) > MAX_PICKS:
+        raise DistcoreError(f"{len(picks)} runs are picked; compare at most {MAX_PICKS} at once.")
+    return [follow.existing_run(runs_root, name) for name in picks]
+
+
+def loss_series(metrics: list[dict], x_axis: str = "step", weight: float = 0.0) -> dict:
+    """The training loss against step, examples seen or wall time (seconds since the run first
+    started), raw and smoothed; past MAX_POINTS steps each point is the mean of a few."""
+    check_x_axis(x_axis)
+    steps = plots.step_records(metrics)
+    began = start_time(metrics) or 0.0
+    seen, xs = 0, []
+    times = step_times(steps, began)
+    for m, t in zip(steps, times):
+        seen += m.get("examples", 0)
+        xs.append({"step": m["step"], "examples": seen, "time": t}[x_axis])
+    raw = [m["loss"] for m in steps]
+    smoothed = smooth(raw, weight)
+    k = max(1, math.ceil(len(steps) / MAX_POINTS))
+    if k > 1:  # means of k steps at the last of them
+        xs, raw, smoothed = (
+            [xs[min(i + k, len(xs)) - 1] for i in range(0, len(xs), k)],
+            [sum(raw[i : i + k]) / len(raw[i : i + k]) for i in range(0, len(raw), k)],
+            [smoothed[min(i + k, len(smoothed)) - 1] for i in range(0, len(smoothed), k)],
+        )
+    return {"x": xs, "raw": raw, "smoothed": smoothed, "per_point": k}
+
+
+def step_times(steps: list[dict], began: float) -> list[float]:
+    """Seconds since `began` of each step. A loop's records are written together, at its end:
+    its steps are spread evenly over the loop's time (from the loop before it), not drawn as one
+    vertical jump. A process's first loop is one step (Controller.steps_to_boundary), so the
+    pause before a resume is never spread over steps."""
+    out, i = [], 0
+    previous = began
+    while i < len(steps):
+        t = steps[i].get("time", previous)
+        j = i
+        while j < len(steps) and steps[j].get("time", previous) == t:
+            j += 1
+        n = j - i
+        out += [round(previous + (t - previous) * (k + 1) / n - began, 3) for k in range(n)]
+        previous, i = t, j
+    return out
+
+
+def epoch_series(metrics: list[dict]) -> dict:
+    epochs = plots.epoch_records(metrics)
+    return {key: [m.get(key) for m in epochs] for key in ("epoch", "test_accuracy", "test_loss", "train_loss")}
+
+
+def speed_series(metrics: list[dict]) -> dict:
+    """examples/s of each timed loop, against seconds since the run first started (a loop's
+    records share its speed: one point a loop)."""
+    began = start_time(metrics) or 0.0
+    points = {}
+    for m in plots.step_records(metrics):
+        if m.get("examples_per_sec"):
+            points[round(m.get("time", began) - began, 3)] = m["examples_per_sec"]
+    return {"x": list(points), "y": list(points.values())}
+
+
+def comparison(runs_root, picks, x_axis: str = "step", weight: float = 0.0) -> dict:
+    """Everything the Compare view draws for the picked runs (names, in order): per run its
+    series, and the configuration fields that differ between them."""
+    check_x_axis(x_axis)
+    check_weight(weight)
+    out = {"x_axis": x_axis, "smoothing": weight, "runs": [], "differences": []}
+    configs = {}
+    for run_dir in picked_dirs(runs_root, picks):
+        metrics = runs.read_metrics(run_dir)
+        configs[run_dir.name] = runs.shown_config(run_dir)[0]
+        out["runs"].append(
+            {
+                "name": run_dir.name,
+                "loss": loss_series(metrics, x_axis, weight),
+                "epochs": epoch_series(metrics),
+                "speed": speed_series(metrics),
+                "system": runs.read_system(run_dir),
+            }
+        )
+    out["differences"] = differences(configs)
+    return out
+
+
+def differences(configs: dict[str, dict]) -> list[dict]:
+    """The configuration fields whose values differ between the runs ({name: config.json}),
+    one row each: {"field": ..., name: value, ...}. A field one run lacks shows as None."""
+    if len(configs) < 2:
+        return []
+    fields = sorted({k for c in configs.values() for k in c} - NOT_COMPARED)
+    rows = []
+    for field in fields:
+        values = {name: shown(c.get(field)) for name, c in configs.items()}
+        if len(set(map(repr, values.values()))) > 1:
+            rows.append({"field": field, **values})
+    return rows
+
+
+def shown(value):
+    return ",".join(map(str, value)) if isinstance(value, list) else value
+
+
+def write_csv(result: dict, path) -> Path:
+    """The comparison as one CSV: a row per run and step (x, loss, smoothed loss) and per run
+    and epoch (test accuracy and loss); `kind` tells them apart."""
+    path = Path(path)
+    columns = ["run", "kind", "x_axis", "x", "loss", "smoothed_loss", "epoch", "test_accuracy", "test_loss"]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for run in result["runs"]:
+            loss = run["loss"]
+            for x, raw, smoothed in zip(loss["x"], loss["raw"], loss["smoothed"]):
+                writer.writerow(
+                    {
+                        "run": run["name"],
+                        "kind": "step",
+                        "x_axis": result["x_axis"],
+                        "x": x,
+                        "loss": raw,
+                        "smoothed_loss": smoothed,
+                    }
+                )
+            ep = run["epochs"]
+            for i, epoch in enumerate(ep["epoch"]):
+                writer.writerow(
+                    {
+                        "run": run["name"],
+                        "kind": "epoch",
+                        "epoch": epoch,
+                        "test_accuracy": ep["test_accuracy"][i],
+                        "test_loss": ep["test_loss"][i],
+                    }
+                )
+    return path

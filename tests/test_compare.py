@@ -1,0 +1,205 @@
+"""Comparing runs, without Gradio or TensorFlow: the table, smoothing, the x-axes, the settings
+that differ, the CSV, the figures, and renaming, deleting and noting runs by name only."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from distcore import compare, compareplots, manage, runs
+from distcore.config import DistcoreError
+
+T0 = 1_700_000_000.0
+
+
+def write_run(root, name, replicas=1, batch=64, steps=20, per_loop=5, accuracy=0.7, epoch=True, workers=1):
+    """A finished run's folder as distcore writes it: config.json, status.json, metrics.jsonl."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    devices = [f"cpu:{i}" for i in range(replicas)]
+    config = {
+        "devices": devices,
+        "model": "cnn",
+        "global_batch": batch,
+        "policy": "auto",
+        "workers": workers,
+        "epochs": 1,
+        "max_steps": steps,
+        "seed": 0,
+        "learning_rate": 0.001,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    records = [{"event": "start", "step": 0, "message": "", "time": T0}]
+    for s in range(1, steps + 1):
+        t = T0 + 1 + (s - 1) // per_loop  # a loop's records share its time
+        rate = {} if s == 1 else {"examples_per_sec": 1000.0 * replicas}
+        records.append({"step": s, "epoch": 1, "loss": 2.0 / s, "examples": batch, "time": t, **rate})
+    if epoch:
+        records.append(
+            {
+                "epoch": 1,
+                "step": steps,
+                "train_loss": 0.5,
+                "train_accuracy": 0.6,
+                "test_loss": 0.6,
+                "test_accuracy": accuracy,
+                "time": T0 + 10,
+            }
+        )
+    records.append({"event": "finished", "step": steps, "message": "", "time": T0 + 11})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "step": steps, "pid": 1, "time": T0 + 11}))
+    return folder
+
+
+def test_smoothing_is_tensorboards_debiased_average():
+    assert compare.smooth([1.0, 2.0, 3.0], 0) == [1.0, 2.0, 3.0]
+    out = compare.smooth([1.0, 1.0, 1.0], 0.9)
+    assert out == pytest.approx([1.0, 1.0, 1.0])  # debiased: a constant stays itself from the first point
+    w = 0.6
+    first, second = compare.smooth([2.0, 4.0], w)
+    assert first == pytest.approx(2.0)
+    assert second == pytest.approx(((1 - w) * 2 * w + (1 - w) * 4) / (1 - w**2))
+    assert compare.smooth([1.0, float("nan"), 3.0], 0.5)[1] != compare.smooth([1.0, float("nan"), 3.0], 0.5)[1]
+    for bad in (-0.1, 1.0, "x"):
+        with pytest.raises(DistcoreError, match="smoothing"):
+            compare.smooth([1.0], bad)
+
+
+def test_x_axes_step_examples_and_wall_time(tmp_path):
+    folder = write_run(tmp_path, "a", batch=32, steps=10, per_loop=5)
+    metrics = runs.read_metrics(folder)
+    assert compare.loss_series(metrics, "step")["x"] == list(range(1, 11))
+    assert compare.loss_series(metrics, "examples")["x"] == [32 * s for s in range(1, 11)]
+    times = compare.loss_series(metrics, "time")["x"]
+    assert times == sorted(times) and len(set(times)) == 10  # a loop's steps spread over its time
+    assert times[4] == pytest.approx(1.0) and times[9] == pytest.approx(2.0)
+    with pytest.raises(DistcoreError, match="x-axis"):
+        compare.loss_series(metrics, "epochs")
+
+
+def test_table_differences_and_csv(tmp_path):
+    write_run(tmp_path, "one", replicas=1, batch=64, accuracy=0.71)
+    time.sleep(0.01)
+    write_run(tmp_path, "two", replicas=2, batch=128, accuracy=0.69)
+    manage.write_notes(tmp_path, "two", "batch 128 on two")
+    rows = {r["name"]: r for r in compare.table(tmp_path)}
+    assert rows["two"]["replicas"] == 2 and rows["two"]["global_batch"] == 128
+    assert rows["two"]["test_accuracy"] == 0.69 and rows["two"]["notes"] == "batch 128 on two"
+    assert rows["one"]["examples_per_sec"] == pytest.approx(1000.0) and rows["one"]["wall_seconds"] == 11
+    assert set(compare.default_picks(tmp_path)) == {"one", "two"}
+    result = compare.comparison(tmp_path, ["one", "two"], "examples", 0.5)
+    assert {d["field"] for d in result["differences"]} == {"devices", "global_batch"}
+    diff = next(d for d in result["differences"] if d["field"] == "global_batch")
+    assert diff["one"] == 64 and diff["two"] == 128
+    path = compare.write_csv(result, tmp_path / "c.csv")
+    rows = list(csv.DictReader(path.open()))
+    assert {r["run"] for r in rows} == {"one", "two"} and {r["kind"] for r in rows} == {"step", "epoch"}
+    fig = compareplots.loss_figure(result, log_y=True)
+    named = [t.name for t in fig.data if t.showlegend is not False]
+    assert named == ["one", "two"] and fig.layout.yaxis.type == "log"
+    assert fig.layout.xaxis.title.text == "examples seen"
+    assert len(compareplots.loss_figure(compare.comparison(tmp_path, ["one"], "step", 0)).data) == 1  # raw only
+    for figure in (compareplots.epoch_figure, compareplots.speed_figure):
+        assert [t.name for t in figure(result).data if t.showlegend is not False] == ["one", "two"]
+    assert not compareplots.system_figure(result).data  # no system.jsonl written here
+
+
+def test_picks_are_names_inside_the_runs_folder(tmp_path):
+    write_run(tmp_path, "one")
+    for bad in ("../one", "/etc", "..", "nope"):
+        with pytest.raises(DistcoreError):
+            compare.comparison(tmp_path, [bad])
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "one")
+    write_run(root, "two")
+    return root
+
+
+def test_rename_and_delete(two_runs):
+    assert manage.rename_run(two_runs, "one", "first") == {"renamed": "one", "to": "first"}
+    assert (two_runs / "first" / "metrics.jsonl").is_file() and not (two_runs / "one").exists()
+    with pytest.raises(DistcoreError, match="taken"):
+        manage.rename_run(two_runs, "first", "two")
+    assert manage.delete_run(two_runs, "two") == {"deleted": "two"}
+    assert not (two_runs / "two").exists()
+
+
+def test_rename_and_delete_refuse_what_is_outside_or_not_a_run(two_runs, tmp_path):
+    outside = tmp_path / "outside"
+    write_run(tmp_path, "outside")
+    (two_runs / "link").symlink_to(outside)
+    (two_runs / "plain").mkdir()
+    for name in ("..", "../outside", str(outside), "link", "plain", "missing", "one/..", ""):
+        with pytest.raises(DistcoreError):
+            manage.delete_run(two_runs, name)
+        with pytest.raises(DistcoreError):
+            manage.rename_run(two_runs, name, "fresh")
+    for new in ("..", "../escaped", str(tmp_path / "abs"), "a/b", "link"):
+        with pytest.raises(DistcoreError):
+            manage.rename_run(two_runs, "one", new)
+    assert (outside / "config.json").is_file() and (two_runs / "one").is_dir() and (two_runs / "link").is_symlink()
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "abs").exists()
+
+
+def test_a_running_run_is_refused(two_runs):
+    """A live `distcore train` process for the run (as jobs.job_pid recognises it) blocks both."""
+    run_dir = two_runs / "one"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(30)",
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(run_dir.resolve()),
+        ]
+    )
+    try:
+        (run_dir / "job.json").write_text(json.dumps({"pid": proc.pid, "started": time.time()}))
+        deadline = time.monotonic() + 5
+        while not (manage.jobs.job_pid(run_dir) or time.monotonic() > deadline):
+            time.sleep(0.02)
+        for action in (lambda: manage.delete_run(two_runs, "one"), lambda: manage.rename_run(two_runs, "one", "x")):
+            with pytest.raises(DistcoreError, match="is training"):
+                action()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert run_dir.is_dir()
+    manage.delete_run(two_runs, "one")  # its process gone, it goes
+
+
+def test_notes(two_runs):
+    assert manage.write_notes(two_runs, "one", "  lr 1e-3  ")["notes"] == "lr 1e-3"
+    assert manage.read_notes(two_runs / "one") == "lr 1e-3"
+    with pytest.raises(DistcoreError, match="at most"):
+        manage.write_notes(two_runs, "one", "x" * 501)
+    (two_runs / "target").write_text("keep")
+    os.remove(two_runs / "one" / "notes.txt")
+    (two_runs / "one" / "notes.txt").symlink_to(two_runs / "target")
+    manage.write_notes(two_runs, "one", "new")  # the link is replaced, not written through
+    assert (two_runs / "target").read_text() == "keep" and manage.read_notes(two_runs / "one") == "new"
+    manage.write_notes(two_runs, "one", "")
+    assert not (two_runs / "one" / "notes.txt").exists()
+
+
+def test_cli_runs_list_rename_delete(two_runs):
+    from distcore import cli
+
+    assert cli.main(["runs", "rename", "one", "uno", "--runs-dir", str(two_runs)]) == 0
+    assert cli.main(["runs", "delete", "../uno", "--runs-dir", str(two_runs)]) == 2
+    assert cli.main(["runs", "notes", "uno", "hello", "--runs-dir", str(two_runs)]) == 0
+    assert cli.main(["runs", "list", "--json", "--runs-dir", str(two_runs)]) == 0
+    assert cli.main(["runs", "delete", "uno", "--runs-dir", str(two_runs)]) == 0
+    assert sorted(p.name for p in two_runs.iterdir() if p.is_dir()) == ["two"]
