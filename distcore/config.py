@@ -342,7 +342,7 @@ class TrainConfig:
                 f"shard policy {self.policy.upper()} cannot train across {self.workers} workers with "
                 f"experimental_distribute_dataset: {why}, so an epoch would no longer be the training set cut "
                 "into global batches, which distcore's epochs, progress and exact resume count on. Use AUTO or "
-                "DATA, or the function API (its input function shards the data itself). Show split with "
+                "DATA, or the function API (its input function shards the data itself). The Split tab with "
                 f"{self.workers} worker processes (or `split --workers {self.workers} --policy {self.policy}"
                 f"{files} --examples 12 --global-batch 4`) shows what {self.policy.upper()} does."
             )

@@ -5,7 +5,7 @@ Markdown text (bold with **), no HTML; the app shows it, the tests read it. No T
 
 from __future__ import annotations
 
-from . import runs
+from . import plots, runs
 from .config import MAX_GLOBAL_BATCH, check_int
 from .forms import MAX_WORKERS, replica_count
 from .plots import count
@@ -19,32 +19,39 @@ def quotient(a: int, b: int) -> str:
 
 def batch_note(gpus, global_batch, cpu_count, gpu_boxes, workers=1) -> str:
     """The per-replica batch of the form's global batch and devices, or a plain warning when
-    it does not divide evenly; DistcoreError for a field that is not allowed."""
+    it does not divide evenly (batch_note_parts, in one text); DistcoreError for a field that is
+    not allowed."""
+    headline, details = batch_note_parts(gpus, global_batch, cpu_count, gpu_boxes, workers)
+    return f"{headline} {details}".strip()
+
+
+def batch_note_parts(gpus, global_batch, cpu_count, gpu_boxes, workers=1) -> tuple[str, str]:
+    """(headline, details) of batch_note: the arithmetic in one sentence, and why it matters
+    (how TensorFlow cuts the batch, what the function API refuses) for a fold; details is empty
+    when the batch divides evenly."""
     replicas = replica_count(gpus, cpu_count, gpu_boxes, workers)
     g = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
     # The reason follows the arithmetic: "(1 / 2 replicas = 0.5: one CPU replica per worker process)".
     why = ": one CPU replica per worker process" if check_int("worker processes", workers, high=MAX_WORKERS) > 1 else ""
     shown = count(replicas, "replica")
-    if g % replicas:
-        arithmetic = f"({g} / {shown} {quotient(g, replicas)}{why})"
-        # Fewer examples than replicas leaves the same replicas empty at every step: say how many.
+    if not g % replicas:
+        return f"Per-replica batch: **{g // replicas}** ({g} / {shown}{why})", ""
+    arithmetic = f"({g} / {shown} {quotient(g, replicas)}{why})"
+    # The refusal is named after both cuts, so it reads as the function API's, not as a third cut.
+    refusal = "distribute_datasets_from_function refuses a global batch that does not divide evenly."
+    if g < replicas:  # the same replicas are empty at every step: say how many
         empty = replicas - g
-        what = (
-            f"**{count(g, 'example')} for {shown}** {arithmetic}: at each step {empty} of them "
-            f"{'gets' if empty == 1 else 'get'} an empty batch (still running the step and joining the "
-            "all-reduce, adding nothing)"
-            if g < replicas
-            else f"**{g} does not divide evenly by {shown}** {arithmetic}: replicas will get unequal batches, "
-            "and some may get an empty one at every step. How TensorFlow cuts a batch depends on the shard "
-            "policy and drop_remainder: 4 over 3 replicas is 2/2/0, or 2/1/1 under FILE and OFF with "
-            "drop_remainder"
-        )
-        # The refusal is named after both cuts, so it reads as the function API's, not as a third cut.
         return (
-            f"⚠️ {what}. distribute_datasets_from_function refuses a global batch that does not divide evenly. "
-            "Press **Show split** to see exactly."
+            f"⚠️ **{count(g, 'example')} for {shown}** {arithmetic}: at each step {empty} of them "
+            f"{'gets' if empty == 1 else 'get'} an empty batch.",
+            f"An empty replica still runs the step and joins the all-reduce, adding nothing. {refusal}",
         )
-    return f"Per-replica batch: **{g // replicas}** ({g} / {shown}{why})"
+    return (
+        f"⚠️ **{g} does not divide evenly by {shown}** {arithmetic}: replicas get unequal batches, and "
+        "some may get an empty one at every step.",
+        "How TensorFlow cuts a batch depends on the shard policy and drop_remainder: 4 over 3 replicas is "
+        f"2/2/0, or 2/1/1 under FILE and OFF with drop_remainder. {refusal}",
+    )
 
 
 def stop_point(config: dict) -> str:
@@ -73,3 +80,17 @@ def before_training_stop(name: str, checkpoints: list[str]) -> str:
         f"Stopping **{name}**: it has not resumed training yet, so it exits at step "
         f"{runs.checkpoint_step(newest)}, where it resumed from; its checkpoint {newest} stays."
     )
+
+
+def split_notes(plan: dict) -> tuple[str, str]:
+    """(headline, details) of a split plan: one sentence of about 20 words (the numbers, then the
+    first thing worth seeing: a partial step or an empty replica), and the rest for a fold."""
+    full = plots.split_summary(plan).split("\n")
+    headline = full[0]
+    facts = plots.split_facts(plan)
+    if facts:
+        headline += " " + facts[0]
+    elif not plots.holds_more(plan.get("steps") or [], int(plan.get("global_batch") or 0)):
+        headline += " Every batch is full; every replica gets a piece."
+    # The colour key is drawn on the figure (plots.split_legend), not said again; the rest is for the fold.
+    return headline, "\n".join(line for line in full[1:] if not line.startswith("*Cells:")).strip()

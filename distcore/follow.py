@@ -118,3 +118,56 @@ def evaluate_or_newest(run_dir: Path, checkpoint: str, saved: list[str], args: l
     )
     result["note"] = " ".join(filter(None, [deleted, result.get("note")]))
     return result
+
+
+# Epochs a finished run trains on when its page asks for more ("Train 1 more epoch").
+MORE_EPOCHS = 1
+
+
+def run_record(runs_root, name) -> dict:
+    """A run's status, progress and latest metrics as plain values (the API's /run_status and the
+    buttons' rule read it); DistcoreError for a name that is no run."""
+    from . import plots  # plotly: loaded where records are built, not where runs are listed
+
+    run_dir = existing_run(runs_root, name)
+    metrics = runs.read_metrics(run_dir)
+    p = jobs.job_progress(run_dir, metrics=metrics)
+    steps, epochs = plots.step_records(metrics), plots.epoch_records(metrics)
+    return {
+        "run": p.name,
+        "state": p.state,
+        "training": p.active and p.state in runs.ACTIVE_STATES,
+        "step": p.step,
+        "total_steps": p.total_steps or None,
+        "progress": round(min(p.step, p.total_steps) / p.total_steps, 4) if p.total_steps else None,
+        "epoch": p.epoch,
+        "examples_per_sec": p.examples_per_sec,
+        "eta_seconds": p.eta_seconds,
+        "checkpoints": list(p.checkpoints),
+        "has_config": p.has_config,
+        "latest_step": {k: steps[-1][k] for k in ("step", "epoch", "loss") if k in steps[-1]} if steps else None,
+        "latest_epoch": {k: v for k, v in epochs[-1].items() if k != "time"} if epochs else None,
+        "message": p.message,
+    }
+
+
+def run_actions(record: dict | None) -> dict:
+    """Which of Stop, Resume and "Train more" the followed run allows: Stop only while its process
+    trains it; Resume when it ended early (stopped, failed, died, stalled) and saved its settings;
+    "Train more" when it finished (a resume with MORE_EPOCHS more epochs)."""
+    if not record:
+        return {"stop": False, "resume": False, "more": False}
+    training = bool(record["training"])
+    ended = not training and record["state"] not in runs.ACTIVE_STATES
+    return {
+        "stop": training,
+        "resume": ended and record["has_config"] and record["state"] != "finished",
+        "more": ended and record["has_config"] and record["state"] == "finished",
+    }
+
+
+def more_epochs_config(saved, more: int = MORE_EPOCHS):
+    """What "Train more" resumes a finished run with: its own settings, `more` epochs on, and a
+    step limit (if it had one) raised by as many epochs' steps, so the limit does not end it again."""
+    extra = more * saved.steps_per_epoch()
+    return saved.replace(epochs=saved.epochs + more, max_steps=saved.max_steps + extra if saved.max_steps else 0)

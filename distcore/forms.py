@@ -133,6 +133,22 @@ def train_config(
     )
 
 
+def summary(cfg: TrainConfig) -> str:
+    """What a new run of `cfg` trains, in one line: 'cnn · adam 0.001 · 1 epoch (938 steps) of
+    60,000 examples · batch 64 on 2 replicas'."""
+    where = (
+        f"{cfg.workers} worker processes"
+        if cfg.workers > 1
+        else f"{len(cfg.devices)} replica" + ("s" if len(cfg.devices) != 1 else "")
+    )
+    epochs = f"{cfg.epochs} epoch" + ("s" if cfg.epochs != 1 else "")
+    limit = f", at most {cfg.max_steps}" if cfg.max_steps else ""
+    return (
+        f"{cfg.model} · {cfg.optimizer} {cfg.learning_rate} · {epochs} ({cfg.total_steps():,} steps{limit}) of "
+        f"{cfg.train_examples:,} examples · batch {cfg.global_batch} on {where} · {cfg.policy.upper()} · {cfg.api}"
+    )
+
+
 def form_values(cfg: TrainConfig) -> dict:
     """The Setup form's fields (TRAIN_FORM keys) that show `cfg`, the device choice left out
     (which devices a form can offer depends on the machine)."""

@@ -163,8 +163,7 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
             ygap=3,
         )
     )
-    # Short: plotly does not wrap a title, and a phone is about 40 characters wide. The
-    # colour key is in split_summary's text, which wraps.
+    # Short: plotly does not wrap a title, and a phone is about 40 characters wide.
     heading = steps_heading(len(steps), global_batch, holds_more(steps, global_batch))
     title = f"{heading} over {count(replicas, 'replica')}"
     if len(rows) < len(steps):
@@ -180,10 +179,31 @@ def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
         },  # (plotly anchors a second line's)
         yaxis={"autorange": "reversed", "type": "category"},
         xaxis={"side": "top", "type": "category"},
-        height=204 + 48 * max(1, len(rows)),
-        margin={"l": 10, "r": 10, "t": 144, "b": 10},
+        height=234 + 48 * max(1, len(rows)),
+        margin={"l": 10, "r": 10, "t": 144, "b": 40},
     )
+    fig.add_annotation(**split_legend(holds_more(steps, global_batch), bool(plan.get("rows"))))
     return fig
+
+
+def split_legend(over: bool, rows: bool) -> dict:
+    """The colour key, drawn under the cells (one line, about 50 characters: it fits a phone)."""
+    full = "full batch piece" + (" (or more)" if over else "")
+    keys = [(_CELL_COLOURS[-1][1], full), (_CELL_COLOURS[2][1], "partial batch piece"), (_CELL_COLOURS[0][1], "empty")]
+    text = "   ".join(f"<span style='color:{colour}'>■</span> {what}" for colour, what in keys)
+    return {
+        "text": text + (" · rows sorted in each cell" if rows else ""),
+        "name": "legend",
+        "x": 0,
+        "y": 0,
+        "xref": "paper",
+        "yref": "paper",
+        "xanchor": "left",
+        "yanchor": "top",
+        "yshift": -8,
+        "showarrow": False,
+        "font": {"size": 12},
+    }
 
 
 def combine_worker_plans(result: dict) -> dict:
@@ -256,6 +276,7 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
         lines.append(" ".join(shown))
     elif not over:
         lines.append("Every global batch is full and every replica got a piece of each.")
+    # The colour key in words, for text without the figure (the figure draws split_legend).
     lines.append(
         "\n*Cells: blue = piece of a full global batch"
         + (" (or of a step holding more: see the notes)" if over else "")
@@ -493,3 +514,48 @@ def metrics_csv(metrics: list[dict], path: str | Path) -> Path:
         for m in metrics:
             writer.writerow({**m, "kind": _kind(m)})
     return path
+
+
+def system_figure(samples) -> go.Figure:
+    """A training process's CPU (% of one core: 200 is two cores busy) and resident memory over
+    time, from runs.read_system; GPU utilisation and memory too where they were recorded.
+    `samples`: one run's list, or {run name: list} to overlay runs (one colour each)."""
+    by_run = samples if isinstance(samples, dict) else {"": samples}
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("CPU, % of one core", "Memory, MB"))
+    palette = ("#4a7fd4", "#e4572e", "#2a9d8f", "#8e6cc1", "#d4a017", "#6b6b6b")
+    for i, (name, rows) in enumerate(by_run.items()):
+        if not rows:
+            continue
+        start, colour = rows[0]["time"], palette[i % len(palette)]
+        x = [round(r["time"] - start, 1) for r in rows]
+        panels = [
+            ("cpu_percent", 1, 1, "CPU", "solid"),
+            ("gpu_util", 1, 1, "GPU", "dash"),
+            ("rss_bytes", 2, 2**20, "RSS", "solid"),
+            ("gpu_mem_bytes", 2, 2**20, "GPU memory", "dash"),
+        ]
+        for key, col, scale, what, dash in panels:
+            if not any(key in r for r in rows):
+                continue
+            label = f"{name} · {what}" if name else what
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[r[key] / scale if key in r else None for r in rows],
+                    name=label,
+                    mode="lines",
+                    line={"color": colour, "dash": dash},
+                    legendgroup=name or what,
+                    hovertemplate=f"{label}<br>%{{x}} s: %{{y:,.1f}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_xaxes(title_text="seconds since the first sample")
+    fig.update_layout(
+        title={"text": "System: the training process", **BELOW_TOOLBAR},
+        height=330,
+        margin={"l": 10, "r": 10, "t": 90, "b": 10},
+        legend={"orientation": "h", "x": 0, "y": -0.3},
+    )
+    return fig if any(by_run.values()) else _empty_note(fig, "no samples yet", panels=2)

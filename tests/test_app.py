@@ -14,7 +14,7 @@ import pytest
 
 import webapp.evaluate as evaluate_tab
 from conftest import fill_disk, tmpfs, wait_for
-from distcore import data, explain, follow, forms, jobs, plots, runs
+from distcore import data, explain, follow, forms, jobs, plots, runs, verdicts
 from distcore.config import DistcoreError
 from webapp import format as fmt, hosting, loss, settings as appsettings, setup, shell, train, watch
 
@@ -78,7 +78,7 @@ def test_build_app_gpu_and_cpu_layouts(tmp_path):
         demo = shell.build_app(runs_root=tmp_path, devices_info=info, planner=jobs.Planner())
         assert isinstance(demo, gr.Blocks)
         labels = {getattr(b, "value", None) for b in demo.blocks.values() if isinstance(b, gr.Button)}
-        assert {"Show split", "Start training", "Stop training", "Resume", "Evaluate checkpoint"} <= labels
+        assert {"Start training", "Stop training", "Resume", "Evaluate checkpoint", "Check loss scaling"} <= labels
 
 
 def test_selected_devices(settings):
@@ -132,15 +132,16 @@ def split(settings, planner, n, g, r, **kw):
 
 
 def test_show_split_seed_examples(settings, planner):
-    fig, text = split(settings, planner, 6, 4, 2)
+    fig, text, plan = split(settings, planner, 6, 4, 2)
     assert [list(r) for r in fig.data[0].text] == [["0,1", "2,3"], ["4", "5"]]
-    assert "split 1/1" in text
-    fig, text = split(settings, planner, 4, 4, 5)
-    assert fig.data[0].text[0][4] == "empty" and "Replica 4 got nothing" in text
-    fig, text = split(settings, planner, 8, 4, 3)
+    assert "split 1/1" in plan["headline"] and text.startswith(plan["headline"])  # the headline, details folded
+    assert plan["steps"] == [[[0, 1], [2, 3]], [[4], [5]]] and plan["replicas"] == 2
+    fig, text, plan = split(settings, planner, 4, 4, 5)
+    assert fig.data[0].text[0][4] == "empty" and "Replica 4 got nothing" in plan["headline"]
+    fig, text, _ = split(settings, planner, 8, 4, 3)
     assert [list(r) for r in fig.data[0].text] == [["0,1", "2,3", "empty"], ["4,5", "6,7", "empty"]]
     started = time.monotonic()
-    fig, _ = split(settings, planner, 150, 64, 2, drop_remainder=True)
+    fig, _, _ = split(settings, planner, 150, 64, 2, drop_remainder=True)
     assert len(fig.data[0].z) == 2
     assert time.monotonic() - started < 3, "the persistent planner answers small plans fast"
 
@@ -159,8 +160,8 @@ def test_show_split_seed_examples(settings, planner):
     ],
 )
 def test_show_split_bad_input(settings, planner, n, g, r, kw, message):
-    fig, text = split(settings, planner, n, g, r, **kw)
-    assert fig is None and is_error(text) and message in text
+    fig, text, plan = split(settings, planner, n, g, r, **kw)
+    assert fig is None and is_error(text) and message in text and message in plan["error"]
 
 
 @pytest.mark.parametrize(
@@ -192,10 +193,10 @@ def test_what_was_typed_is_shown_as_text_not_html(settings):
     text, _ = train.start_run(settings, threading.Lock(), "<img src=x onerror=alert(1)>", *form())
     assert "&lt;img src=x onerror=alert(1)&gt;" in text and "<img" not in text
     # An empty loss-scaling seed is 0, as Setup's is, within the same range.
-    assert loss.loss_check(settings, 1, [], 8, 2**31) == fmt.error_md(
+    assert loss.loss_check(settings, 1, [], 8, 2**31)[0] == fmt.error_md(
         "seed (2147483648) must be a whole number from 0 to 2147483647."
     )
-    assert "Single device (reference)" in loss.loss_check(settings, 1, [], 8, None)
+    assert "Single device (reference)" in loss.loss_check(settings, 1, [], 8, None)[0]
 
 
 @pytest.mark.parametrize("name", BAD_NAMES + ["no-such-run"])
@@ -265,7 +266,7 @@ def test_evaluate_a_run_whose_data_folder_is_gone_reads_the_data_from_here_and_s
     )
     for name in data.FILES.values():
         (theirs / name).unlink()
-    md, figure, gallery = evaluate_tab.evaluate(settings, "copied", "ckpt-10", evaluate_tab.NO_STRATEGY, 2, [])
+    md, figure, gallery, _ = evaluate_tab.evaluate(settings, "copied", "ckpt-10", evaluate_tab.NO_STRATEGY, 2, [])
     assert md.startswith("### Accuracy ") and figure is not None and len(gallery) == 16, md
     assert (
         f"Note: the run's data folder {theirs} (its data_dir in {run_dir / 'config.json'}) lacks "
@@ -304,7 +305,7 @@ def test_a_full_gradio_temporary_folder_is_said_and_the_evaluation_still_shows(s
         monkeypatch.setenv("GRADIO_TEMP_DIR", str(mount / "gradio"))
         assert hosting.gradio_room(1000) is None
         fill_disk(mount)
-        md, figure, gallery = evaluate_tab.evaluate(settings, "small", "ckpt-10", evaluate_tab.NO_STRATEGY, 2, [])
+        md, figure, gallery, _ = evaluate_tab.evaluate(settings, "small", "ckpt-10", evaluate_tab.NO_STRATEGY, 2, [])
         full = f"Gradio's temporary folder {mount / 'gradio'} cannot take them (No space left on device)."
         assert md.startswith("### Accuracy ") and figure is not None and gallery == []
         assert md.endswith(f"Note: The test images are not shown: {full}")
@@ -330,38 +331,49 @@ def test_a_run_with_damaged_files_is_shown_as_damaged(settings):
 
 @pytest.mark.slow
 def test_loss_check(settings):
-    text = loss.loss_check(settings, 2, [], 64, 0)
-    assert "Global batch 64 on 2 replicas" in text
-    assert "Mistake: reduce_mean per replica, then SUM" in text
-    assert "| Distributed step" in text
+    text, answer = loss.loss_check(settings, 2, [], 64, 0)
+    assert "64 examples cut 32 + 32 over 2 replicas" in text
+    assert (answer["global_batch"], answer["examples"], answer["replicas"]) == (64, 64, 2)
+    assert answer["per_replica_examples"] == [32, 32]
+    methods = {m["key"]: m for m in answer["methods"]}
+    assert "Mistake: reduce_mean per replica" in text and not methods["mistake_reduce_mean"]["ok"]
+    assert "| ✓ | Distributed step" in text and methods["distributed"]["ok"]
     # The distributed loss is the single device's up to float32 rounding: the replicas' partial
     # sums are added in another order, and on some CPUs (Zen 3: 2.304583 against 2.304582) that
     # moves the last digit. A few float32 ulps (2**-23 each, relative) is the bound, as in
     # tests/test_losscheck.py (rel=1e-5); a wrong scaling is off by a factor, not a digit.
-    single = float(next(row for row in text.splitlines() if row.startswith("| Single device")).split("|")[2])
-    shown_error = next(row for row in text.splitlines() if row.startswith("| Distributed step")).split("|")[3]
-    assert float(shown_error) <= 1e-5 * single, shown_error
-    assert is_error(loss.loss_check(settings, 2, [], 0, 0))
-    assert is_error(loss.loss_check(settings, None, [], 64, 0))
+    single = answer["single_device"]
+    assert abs(methods["distributed"]["loss"] - single) <= 1e-5 * single, methods["distributed"]
+    assert f"| {single:.6f} |" in text  # the table shows the reference's value
+    assert is_error(loss.loss_check(settings, 2, [], 0, 0)[0])
+    assert is_error(loss.loss_check(settings, None, [], 64, 0)[0])
     # With 3 worker processes Setup counts one replica per worker, and so does the check
     # (the device choice, 4 here, is greyed out there).
     # It says it ran them in one process (it did not).
-    three = loss.loss_check(settings, 4, [], 32, 0, 3)
-    assert "Global batch 32 on 3 replicas** (examples per replica: 11, 11, 10, as 3 replicas in one process" in three
+    three, answer = loss.loss_check(settings, 4, [], 32, 0, 3)
+    assert "32 examples cut 11 + 11 + 10 over 3 replicas:" in three
+    assert "(3 replicas in one process: the arithmetic of 3 worker processes)" in three
+    assert answer["replicas"] == 3 and answer["per_replica_examples"] == [11, 11, 10]
     assert "one process" not in text
-    # A partial batch leaving a replica empty: Keras's default reduction fails, and says why.
-    partial = loss.loss_check(settings, 3, [], 6, 0, 1, 4)
-    assert "**Global batch 6, a partial batch of 4 examples on 3 replicas** (examples per replica: 2, 2, 0)" in partial
-    assert "| Keras 3's default reduction (sum_over_batch_size) in each replica | fails | – |" in partial
-    assert "*Keras 3's default reduction failed: the strategy cannot add up" in partial and "AddN" in partial
+    # A partial batch leaving a replica empty: the tutorial's constant is wrong, Keras's default
+    # reduction fails (TensorFlow's error in the fold, AddN), the distributed step is right.
+    partial, answer = loss.loss_check(settings, 3, [], 6, 0, 1, 4)
+    assert "4 examples (a partial batch) cut 2 + 2 + 0 over 3 replicas" in partial
+    assert (answer["global_batch"], answer["examples"], answer["per_replica_examples"]) == (6, 4, [2, 2, 0])
+    methods = {m["key"]: m for m in answer["methods"]}
+    assert methods["keras_default"]["loss"] is None and methods["keras_default"]["verdict"].startswith("fails")
+    assert "| ✗ | Keras 3's default reduction | – | fails: TensorFlow cannot add up" in partial and "AddN" in partial
+    assert methods["tutorial_fixed_g"]["verdict"] == "wrong: 1.5× too small" and methods["distributed"]["ok"]
     for bad in (7, -1, 2.5):  # the range is the global batch's (not "from 1 to 65536" for 0)
-        assert "(0: the global batch size) (%s) must be a whole number from 0 to 6." % bad in loss.loss_check(
-            settings, 3, [], 6, 0, 1, bad
+        assert (
+            "(0: the global batch size) (%s) must be a whole number from 0 to 6." % bad
+            in loss.loss_check(settings, 3, [], 6, 0, 1, bad)[0]
         )
     # 0, as the field comes (Gradio shows and sends an empty Number as 0), is the whole batch,
     # so the tab's first click is not refused.
     assert loss.loss_check(settings, 3, [], 6, 0, 1, 0) == loss.loss_check(settings, 3, [], 6, 0, 1, None)
-    assert "**Global batch 6 on 3 replicas**" in loss.loss_check(settings, 3, [], 6, 0, 1, 0)
+    text, answer = loss.loss_check(settings, 3, [], 6, 0, 1, 0)
+    assert "**6 examples cut 2 + 2 + 2 over 3 replicas:" in text and answer["examples"] == 6
 
 
 @pytest.mark.slow
@@ -376,8 +388,10 @@ def test_train_follow_stop_evaluate_resume_export(settings):
 
     # Polling redraws when the run directory changes, and skips otherwise.
     assert wait_for(lambda: runs.last_logged_step(settings.runs_root / "r1") >= 10)
-    status, loss_fig, epoch_fig, logs, sig = watch.poll_run(settings, "r1", None)
+    status, loss_fig, epoch_fig, logs, _, stop, resume, more, sig = watch.poll_run(settings, "r1", None)
     assert "**r1** · **running**" in status and len(loss_fig.data[0].x) >= 10
+    # The buttons follow the run: Stop while it trains, no Resume, no "Train more".
+    assert (stop["interactive"], resume["interactive"], more["visible"]) == (True, False, False)
     assert "start" in logs
     assert "Setup: cnn · adam · learning rate 0.001 · global batch 64 on cpu:0, cpu:1" in status
 
@@ -386,36 +400,61 @@ def test_train_follow_stop_evaluate_resume_export(settings):
         "first loop is its first step), saves a checkpoint and exits."
     ) == train.stop_run(settings, "r1")
     assert jobs.wait_until_done(settings.runs_root / "r1", timeout=120)
-    status = watch.run_view(settings, "r1")[0]
+    status, *_, stop, resume, more = watch.run_panel(settings, "r1")
     assert "**stopped**" in status and "ckpt-" in status
+    assert (stop["interactive"], resume["interactive"], resume["visible"], more["visible"]) == (
+        False,
+        True,
+        True,
+        False,
+    )
     sig = watch.poll_run(settings, "r1", sig)[-1]
-    assert watch.poll_run(settings, "r1", sig) == (gr.skip(),) * 4 + (sig,)  # nothing changed
+    assert watch.poll_run(settings, "r1", sig) == (gr.skip(),) * watch.PANEL_OUTPUTS + (sig,)  # nothing changed
     ckpt = watch.checkpoint_dropdown(settings, "r1")["value"]
     assert ckpt.startswith("ckpt-")
 
-    md, fig, gallery = evaluate_tab.evaluate(settings, "r1", ckpt, evaluate_tab.NO_STRATEGY, 2, [])
+    md, fig, gallery, result = evaluate_tab.evaluate(settings, "r1", ckpt, evaluate_tab.NO_STRATEGY, 2, [])
     assert md.startswith("### Accuracy") and "no strategy" in md and "500 test images" in md
     assert len(fig.data[0].z) == 10 and len(gallery) == 16
     image, caption = gallery[0]
     assert image.shape == (112, 112) and "Ankle boot" in caption  # test image 0 is a boot
     assert all(c.startswith("✓ ") or " → " in c for _, c in gallery)
-    md, _, _ = evaluate_tab.evaluate(settings, "r1", ckpt, evaluate_tab.ON_DEVICES, 3, [])
+    # Evaluated again on 3 devices, it joins this page's table beside the no-strategy row: equal, ✓.
+    rows = [verdicts.evaluation_row(result, "r1", evaluate_tab.NO_STRATEGY, [])]
+    md, table, _, gallery, answer, rows = evaluate_tab.evaluate_and_compare(
+        settings, rows, "r1", ckpt, evaluate_tab.ON_DEVICES, 3, []
+    )
     assert "cpu:0, cpu:1, cpu:2" in md
+    assert [(r[2], r[3], r[-2], r[-1]) for r in table] == [
+        ("none", "–", "+0.00 pp", "✓"),
+        ("MirroredStrategy", 3, "+0.00 pp", "✓"),
+    ]
+    assert answer["same"] is True and answer["accuracy"] == result["accuracy"] and len(rows) == 2
+    captions = [c for _, c in gallery]
+    assert captions == sorted(captions, key=lambda c: not c.startswith("✗"))  # the mistakes first
     assert is_error(evaluate_tab.evaluate(settings, "r1", "ckpt-999999", evaluate_tab.NO_STRATEGY, 2, [])[0])
     # Evaluate clicked before the checkpoint dropdown was filled in: the newest checkpoint.
     newest = runs.list_checkpoints(settings.runs_root / "r1")[-1]
-    md, _, _ = evaluate_tab.evaluate(settings, "r1", None, evaluate_tab.NO_STRATEGY, 2, [])
+    md, *_ = evaluate_tab.evaluate(settings, "r1", None, evaluate_tab.NO_STRATEGY, 2, [])
     assert md.startswith("### Accuracy") and f"{newest} (step {runs.checkpoint_step(newest)})" in md
     # Nor the run dropdown (a tab first opened after a reload fills it in at the next tick):
     # the run 2 · Train follows, not "choose a run first".
-    md, _, _ = evaluate_tab.evaluate(settings, None, None, evaluate_tab.NO_STRATEGY, 2, [], "r1")
+    md, *_ = evaluate_tab.evaluate(settings, None, None, evaluate_tab.NO_STRATEGY, 2, [], "r1")
     assert md.startswith("### Accuracy") and f"{newest} (step {runs.checkpoint_step(newest)}) of **r1**" in md
 
     step = runs.checkpoint_step(ckpt)
     text, _ = train.resume_run(settings, lock, "r1", *form(train_examples=60000, max_steps=step + 5))
     assert f"Resuming **r1** from {ckpt}" in text
     assert jobs.wait_until_done(settings.runs_root / "r1", timeout=180)
-    assert "**finished**" in watch.run_view(settings, "r1")[0]
+    status, *_, stop, resume, more = watch.run_panel(settings, "r1")
+    assert "**finished**" in status
+    # Finished: no Stop, no Resume (it cannot continue as it is); "Train 1 more epoch" instead.
+    assert (stop["interactive"], resume["interactive"], resume["visible"], more["visible"]) == (
+        False,
+        False,
+        False,
+        True,
+    )
 
     files, msg = train.export_run(settings, "r1")
     csv_path, config_path = map(Path, files)
@@ -461,10 +500,10 @@ def test_resume_starts_a_run_with_no_checkpoint_from_0_and_refuses_a_finished_on
 @pytest.mark.slow
 def test_two_worker_processes_split_and_train(settings):
     """The app's workers option: real MultiWorkerMirroredStrategy processes, the same views."""
-    fig, text = split(settings, None, 12, 4, 1, policy="data", files=2, workers=2)
+    fig, text, _ = split(settings, None, 12, 4, 1, policy="data", files=2, workers=2)
     assert list(fig.data[0].text[0]) == ["0,1", "2,3"]  # step 1: worker 0 gets 0,1; worker 1 gets 2,3
     assert "worker 1 · cpu:0" in str(fig.data[0].x) and "DATA sharding" in text
-    fig, text = split(settings, None, 12, 4, 1, source=setup.FASHION, train_examples=12, workers=2, seed=5)
+    fig, text, _ = split(settings, None, 12, 4, 1, source=setup.FASHION, train_examples=12, workers=2, seed=5)
     assert list(fig.data[0].text[0]) != ["0,1", "2,3"] and "shuffled with seed 5" in text
     assert "DATA sharding" in text  # read off the positions, which the shuffle leaves as they were
     lock = threading.Lock()
@@ -574,17 +613,17 @@ def test_the_speed_says_whether_it_is_the_last_loops_or_the_runs_mean():
 
 
 def test_fashion_rows_are_shown_in_the_order_training_reads_them(settings, planner):
-    fig, text = split(settings, planner, 6, 4, 2, source=setup.FASHION, train_examples=8, seed=1)
+    fig, text, _ = split(settings, planner, 6, 4, 2, source=setup.FASHION, train_examples=8, seed=1)
     cells = [c for row in fig.data[0].text for c in row]
     assert cells != ["0,1", "2,3", "4,5", "6,7"]  # the shuffled rows, not positions
     shown = sorted(int(i) for c in cells for i in c.replace("–", ",").split(","))
     assert shown == list(range(8)) and "shuffled with seed 1" in text
-    again, _ = split(settings, planner, 6, 4, 2, source=setup.FASHION, train_examples=8, seed=2)
+    again, *_ = split(settings, planner, 6, 4, 2, source=setup.FASHION, train_examples=8, seed=2)
     assert list(again.data[0].text[0]) != list(fig.data[0].text[0])  # another seed, another order
 
 
 def test_show_split_refuses_more_fashion_examples_than_exist(settings, planner):
-    fig, text = split(settings, planner, 150, 64, 2, source=setup.FASHION, train_examples=70000)
+    fig, text, _ = split(settings, planner, 150, 64, 2, source=setup.FASHION, train_examples=70000)
     trained, _ = train.start_run(settings, threading.Lock(), "big", *form(train_examples=70000))
     assert fig is None and is_error(text) and is_error(trained)
     assert "train examples (70000) must be a whole number from 1 to 60000" in text and text == trained
@@ -606,8 +645,8 @@ def test_empty_or_odd_training_fields_are_named_plainly(settings, over, message)
 
 
 def test_empty_or_odd_split_and_loss_fields_are_named_plainly(settings, planner):
-    assert "global batch size is empty" in loss.loss_check(settings, 2, [], None, 0)
-    assert "(0)" not in loss.loss_check(settings, 2, [], None, 0)
+    assert "global batch size is empty" in loss.loss_check(settings, 2, [], None, 0)[0]
+    assert "(0)" not in loss.loss_check(settings, 2, [], None, 0)[0]
     assert "global batch size is empty" in setup.batch_note(settings, None, 2, [])
     assert "must be a whole number from 1 to 65536" in setup.batch_note(settings, 1e20, 2, [])
     assert "(12.7) must be a whole number" in setup.batch_note(settings, 12.7, 2, [])
@@ -1056,12 +1095,11 @@ def test_wording_stop_point_replica_counts_and_worker_notes(settings):
     # The explanation after the arithmetic, not spliced into it.
     assert "(1 / 2 replicas = 0.5: one CPU replica per worker process)" in setup.batch_note(settings, 1, 2, [], 2)
     assert plots.count(1, "replica") == "1 replica" and plots.count(3, "replica") == "3 replicas"
-    assert "**Global batch 64 on 1 replica** (examples per replica: 64)" in loss.loss_check(settings, 1, [], 64, 0)
-    demo = shell.build_app(runs_root=settings.runs_root, devices_info=CPU_ONLY, planner=jobs.Planner())
-    workers = next(b for b in demo.blocks.values() if getattr(b, "label", None) == "Worker processes")
-    assert "Show split then takes 10-20 s" in workers.info and "a few seconds" not in workers.info
-    train_text = " ".join(b.value for b in demo.blocks.values() if isinstance(b, gr.Markdown) and b.value)
-    assert "finishes the current step" not in train_text and "end of the current loop" in train_text
+    assert "64 examples cut 64 over 1 replica:" in loss.loss_check(settings, 1, [], 64, 0)[0]
+    # What left the page for docs/app.md says it as the page did: a worker plan's wait, and where a stop lands.
+    app_docs = " ".join((REPO / "docs" / "app.md").read_text().split())
+    assert "takes 10-20 s, as every worker starts TensorFlow" in app_docs
+    assert "finishes the current step" not in app_docs and "stops at the end of the current loop" in app_docs
 
 
 def test_a_runs_settings_fill_in_the_form_and_resume_with_them(settings, launches):

@@ -188,11 +188,12 @@ SPLITS = [(16, 4, 2), (18, 6, 3), (32, 8, 4), (20, 10, 5), (24, 12, 6), (21, 7, 
 
 
 def check_split(n, g, r, result):
-    fig, summary = result
+    fig, summary, plan = result
     steps = math.ceil(n / g)
     assert f"**{n} examples → {steps} global batches of {g} on {r} replicas**" in summary, summary
     trace = json.loads(fig["plot"])["data"][0]
     cells = [[parse_ids(c) for c in row] for row in trace["customdata"]]
+    assert [[sorted(ids) for ids in row] for row in plan["steps"]] == cells  # the JSON is the figure's plan
     assert len(cells) == steps and all(len(row) == r for row in cells), (n, g, r, cells)
     for s, row in enumerate(cells):
         if (s + 1) * g <= n:  # a full global batch: G/R consecutive ids per replica
@@ -207,15 +208,15 @@ def test_a_device_count_sent_as_view_api_lists_it_is_taken(server):
     # as "not in the list of choices", which only a script that guessed ints would get past.
     url, _, _ = server
     c = client(url)
-    count = c.view_api(return_format="dict", print_info=False)["named_endpoints"]["/show_split"]["parameters"][4]
-    assert count["label"] == "Logical CPU devices (= replicas)" and "'3'" in count["python_type"]["type"]
+    count = c.view_api(return_format="dict", print_info=False)["named_endpoints"]["/plan_split"]["parameters"][4]
+    assert count["label"] == "Replicas (logical CPU devices)" and "'3'" in count["python_type"]["type"]
     for sent in ("3", 3):
-        summary = c.predict("toy", 6, 60000, 6, sent, [], "auto", "dataset", False, 0, 1, api_name="/show_split")[1]
+        summary = c.predict("toy", 6, 60000, 6, sent, [], "auto", "dataset", False, 0, 1, api_name="/plan_split")[1]
         assert summary.startswith("**6 examples → 1 global batch of 6 on 3 replicas"), summary
     # Also once an event has updated the device choice: Gradio then rebuilds this session's
     # copy of the component from its arguments (a fix on the first instance alone is lost there).
     c.predict(1, api_name="/devices_in_use")
-    summary = c.predict("toy", 6, 60000, 6, "3", [], "auto", "dataset", False, 0, 1, api_name="/show_split")[1]
+    summary = c.predict("toy", 6, 60000, 6, "3", [], "auto", "dataset", False, 0, 1, api_name="/plan_split")[1]
     assert summary.startswith("**6 examples → 1 global batch of 6 on 3 replicas"), summary
 
 
@@ -227,7 +228,7 @@ def test_eight_clients_each_get_their_own_split(server):
     def ask(c, n, g, r):
         answers = []
         for _ in range(2):  # twice, so the requests of different sessions interleave
-            answers.append(c.predict("toy", n, 60000, g, r, [], "auto", "dataset", False, 0, 1, api_name="/show_split"))
+            answers.append(c.predict("toy", n, 60000, g, r, [], "auto", "dataset", False, 0, 1, api_name="/plan_split"))
         return answers
 
     started = time.monotonic()
@@ -253,7 +254,7 @@ def test_eight_clients_start_jobs_limit_holds_and_sessions_stay_apart(server):
     names = [f"user{i}" for i in range(CLIENTS)]
     started = time.monotonic()
     answers = run_concurrently(
-        lambda c, name: c.predict(name, *train_form(), api_name="/start_run"), list(zip(clients, names))
+        lambda c, name: c.predict(name, *train_form(), api_name="/start_training")[:2], list(zip(clients, names))
     )
     start_seconds = time.monotonic() - started
 
@@ -278,12 +279,12 @@ def test_eight_clients_start_jobs_limit_holds_and_sessions_stay_apart(server):
     # no run is refused in place, by the app, not by a Gradio error.
     owner, other = clients[winners[0]], clients[losers[0]]
     run = names[winners[0]]
-    refused = other.predict("no-such-run", api_name="/stop_run")
+    refused = other.predict("no-such-run", api_name="/stop_training")[0]
     assert "dc-error" in refused and "no-such-run" in refused, refused
 
     # Each winner stops its own run; the limit frees up once the processes have exited.
     stops = run_concurrently(
-        lambda c, name: c.predict(name, api_name="/stop_run"), [(clients[i], names[i]) for i in winners]
+        lambda c, name: c.predict(name, api_name="/stop_training")[0], [(clients[i], names[i]) for i in winners]
     )
     for i, msg in zip(winners, stops):
         assert msg.startswith(f"Stopping **{names[i]}**"), msg
@@ -312,9 +313,9 @@ def test_eight_clients_start_jobs_limit_holds_and_sessions_stay_apart(server):
 
     # A refused user can start now (the refusal is not sticky).
     i = losers[-1]
-    msg, _ = clients[i].predict(names[i], *train_form(), api_name="/start_run")
+    msg, _, _ = clients[i].predict(names[i], *train_form(), api_name="/start_training")
     assert msg.startswith(f"Started **{names[i]}**"), msg
-    assert clients[i].predict(names[i], api_name="/stop_run").startswith(f"Stopping **{names[i]}**")
+    assert clients[i].predict(names[i], api_name="/stop_training")[0].startswith(f"Stopping **{names[i]}**")
     assert wait_for(lambda: not jobs.active_runs(root), timeout=180), jobs.active_runs(root)
     print(
         f"\n{CLIENTS} concurrent starts answered in {start_seconds:.1f} s; "
@@ -362,11 +363,11 @@ def start_stop_cycles(url, root, names):
                     return
                 name = todo.pop(0)
             t0 = time.monotonic()
-            msg, dropdown = c.predict(name, *train_form(), api_name="/start_run")
+            msg, dropdown, _ = c.predict(name, *train_form(), api_name="/start_training")
             assert msg.startswith(f"Started **{name}**"), msg  # at most MAX_JOBS - 1 others run
             assert dropdown["value"] == name, dropdown  # the new run is listed, and picked
             t1 = time.monotonic()
-            msg = c.predict(name, api_name="/stop_run")
+            msg = c.predict(name, api_name="/stop_training")[0]
             assert msg.startswith(f"Stopping **{name}**"), msg
             t2 = time.monotonic()
             stopped = wait_for(lambda: not jobs.is_active(root / name), timeout=180)  # noqa: B023 (called here)
@@ -420,7 +421,7 @@ def test_start_stop_cycles_leave_memory_threads_and_processes_as_they_were(serve
     assert jobs.active_runs(root) == []
     assert (
         client(url)
-        .predict("toy", 6, 60000, 4, 2, [], "auto", "dataset", False, 0, 1, api_name="/show_split")[1]
+        .predict("toy", 6, 60000, 4, 2, [], "auto", "dataset", False, 0, 1, api_name="/plan_split")[1]
         .startswith("**6 examples")
     )
 
@@ -450,7 +451,7 @@ def test_sigterm_stops_the_apps_own_runs_with_a_checkpoint_before_it_leaves(tmp_
             stderr=subprocess.DEVNULL,
         )
         try:
-            message = client(url).predict("by-app", *train_form(), api_name="/start_run")[0]
+            message = client(url).predict("by-app", *train_form(), api_name="/start_training")[0]
             assert message.startswith("Started **by-app**"), message
             assert wait_for(
                 lambda: all((runs.read_status(root / name) or {}).get("step", 0) >= 8 for name in ("by-app", "by-cli")),

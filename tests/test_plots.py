@@ -205,7 +205,11 @@ def test_pieces_of_a_full_batch_that_does_not_divide_are_blue_and_named_in_the_h
     fig = plots.split_figure(plan(steps, 64))
     assert [list(r) for r in heatmap(fig).z] == [[plots.FULL] * 3] * 2
     text = plots.split_summary(plan(steps, 64))
-    assert "amber = piece of a partial one" in text
+    # The colour key is drawn on the figure, each name beside a square of its cells' colour.
+    key = next(a.text for a in fig.layout.annotations if a.name == "legend")
+    for colour, what in (("#3b6fc4", "full batch piece"), ("#f5a623", "partial batch piece"), ("#d9d9d9", "empty")):
+        assert f"<span style='color:{colour}'>■</span> {what}" in key
+    assert "amber = piece of a partial one" in text  # and in words, for text without the figure
     assert "(each full global batch split 22/22/20)" in text and "per-replica batch 21" not in text
     assert "Every global batch is full" in text
 

@@ -1,11 +1,13 @@
 """The distcore web app's UI: one module per tab, the page shell, formatting, hosting workarounds.
 
-    shell.py      the page: header, About, the four tabs, the poll timer, what a browser keeps
-    setup.py      1 · Setup & split: the form, the batch note, Show split; the form a browser keeps
-    train.py      2 · Train: start, stop, resume, a run's settings back into Setup, export
-    watch.py      the run a page follows: its status, plots and log, and the run pickers
-    evaluate.py   3 · Evaluate: restore a checkpoint and evaluate it
-    loss.py       4 · Loss scaling
+    shell.py      the page: header, About, the five tabs, the poll timer, what a browser keeps
+    setup.py      1 · Split: the split explorer, the training fields; the form a browser keeps
+    train.py      2 · Train: the dashboard; start, stop, resume, train more, export
+    trainapi.py   2 · Train's actions as the API names them, with their answers as plain values
+    watch.py      the run a page follows: its status, plots and log, its buttons, and the run pickers
+    evaluate.py   3 · Evaluate: restore a checkpoint, evaluate it, and compare the evaluations
+    loss.py       4 · Loss scaling: each method's verdict
+    compare.py    5 · Compare: runs overlaid, the runs table, a sweep, runs management (compareapi.py)
     format.py     markdown and HTML for people (errors, progress, a run's setup line)
     settings.py   what the app was started with (AppSettings), passed to every handler
     hosting.py    the temporary folder, port, malloc threshold, session cap, Gradio patches, SIGTERM

@@ -15,6 +15,20 @@ def error_md(err) -> str:
     return f"<div class='dc-error' role='alert'>⚠️ <b>{html.escape(str(err), quote=False)}</b></div>"
 
 
+def is_error(md) -> bool:
+    return isinstance(md, str) and "dc-error" in md
+
+
+def plain_text(md) -> str:
+    """A message as plain text for the API: an error's words without its HTML, markdown's ** gone."""
+    if not isinstance(md, str):
+        return ""
+    if is_error(md):
+        inner = md.split("<b>", 1)[-1].rsplit("</b>", 1)[0]
+        return html.unescape(inner)
+    return md.replace("**", "")
+
+
 def eta_text(seconds) -> str:
     if seconds is None:
         return "–"
@@ -24,11 +38,14 @@ def eta_text(seconds) -> str:
 
 def progress_bar(step: int, total: int) -> str:
     """An HTML progress element, which a screen reader reads as one bar (Gradio's Markdown
-    drops aria-hidden, so a bar drawn in characters is read out character by character)."""
+    drops aria-hidden, so a bar drawn in characters is read out character by character), the
+    width of the panel with its percentage beside it (static/app.css: .dc-progress)."""
     if not total:
         return ""
     done = min(step, total)
-    return f"<progress value='{done}' max='{total}'></progress> {100 * done / total:.0f}%"
+    return (
+        f"<div class='dc-progress'><progress value='{done}' max='{total}'></progress> {100 * done / total:.0f}%</div>"
+    )
 
 
 def status_md(p: jobs.Progress) -> str:

@@ -6,36 +6,22 @@ import html
 
 import gradio as gr
 
-from distcore import forms, jobs, plots
+from distcore import forms, jobs, verdicts
 from distcore.config import MAX_GLOBAL_BATCH, MAX_SEED, DistcoreError, check_int, is_empty
 
-from .format import error_md, loss_row
+from .format import error_md
 from .settings import AppSettings
 from .setup import LIVE
 
-ROWS = (
-    ("Single device (reference)", "single_device", None),
-    (
-        "Distributed step: compute_average_loss ÷ this batch's examples, SUM over replicas",
-        "distributed",
-        "error_distributed",
-    ),
-    (
-        "The tutorial's constant: compute_average_loss(global_batch_size=G)",
-        "tutorial_fixed_g",
-        "error_tutorial_fixed_g",
-    ),
-    ("Keras 3's default reduction (sum_over_batch_size) in each replica", "keras_default", "error_keras_default"),
-    ("Mistake: reduce_mean per replica, then SUM", "mistake_reduce_mean", "error_reduce_mean"),
-    ("Mistake: a Keras Mean of the replicas' scaled losses", "mistake_keras_mean", "error_keras_mean"),
-)
+PARTIAL = (3, 6, 4)  # the partial-last-batch preset: replicas, global batch, examples (2 + 2 + 0)
 
 
-def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, workers=1, examples=None) -> str:
+def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, workers=1, examples=None):
     """One global batch's loss: single device vs distributed vs the tutorial's constant divisor,
-    Keras 3's default reduction and two classic mistakes; a partial batch with `examples` < G.
-    With 2+ worker processes (one CPU replica each) it runs that many replicas in one process:
-    the loss arithmetic is the same, and a cluster is not needed to show it."""
+    Keras 3's default reduction and two classic mistakes, each with its verdict
+    (distcore.verdicts); a partial batch with `examples` < G. Returns (markdown, the result and
+    verdicts as plain values). With 2+ worker processes (one CPU replica each) it runs that many
+    replicas in one process: the loss arithmetic is the same, and a cluster is not needed to show it."""
     try:
         workers = check_int("worker processes", workers, high=forms.MAX_WORKERS)
         names = (
@@ -44,7 +30,6 @@ def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, 
             else forms.selected_devices(settings.gpus, cpu_count, gpu_boxes)
         )
         batch = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
-        # The seed is Setup's, in the same range; empty is 0.
         args = [
             "loss-check",
             "--devices",
@@ -64,57 +49,49 @@ def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, 
             args += ["--examples", str(n)]
         r = jobs.run_cli_json(args, timeout=600)
     except DistcoreError as e:
-        return error_md(e)
-    table = "| method | loss | error vs single device |\n|---|---:|---:|\n" + "\n".join(
-        loss_row(label, r[key], r.get(err) if err else None) for label, key, err in ROWS
+        return error_md(e), {"ok": False, "message": str(e)}
+    rows = verdicts.loss_verdicts(r)
+    table = "| | method | loss | against one device |\n|---|---|---:|---|\n" + "\n".join(
+        f"| {'✓' if v['ok'] else '✗'} | {v['method']} | {shown_loss(v['loss'])} | {v['verdict']} |" for v in rows
     )
-    if r.get("keras_default_failure"):  # under the table: in a cell it makes the table too wide for a phone
-        table += (
-            f"\n\n*Keras 3's default reduction failed: the strategy cannot add up the replicas' results "
-            f"when one is empty ({html.escape(r['keras_default_failure'], quote=False)}).*"
-        )
-    shares = ", ".join(str(n) for n in r.get("per_replica_examples", []))
-    where = (
-        f", as {workers} replicas in one process: the same arithmetic as {workers} worker processes of "
-        "one CPU replica each, which need no cluster to show it"
-        if workers > 1
-        else ""
+    where = f" ({workers} replicas in one process: the arithmetic of {workers} worker processes)" if workers > 1 else ""
+    details = r.get("explanation", "")
+    if r.get("keras_default_failure"):
+        details += f"\n\nTensorFlow's error: `{html.escape(r['keras_default_failure'], quote=False)}`"
+    md = (
+        f"**{verdicts.loss_headline(r)}**{where}\n\n{table}\n\n"
+        f"<details><summary>Why</summary>\n\n{details}\n\n</details>"
     )
-    partial = (
-        f", a partial batch of {plots.count(r['examples'], 'example')}" if r["examples"] < r["global_batch"] else ""
-    )
-    return (
-        f"**Global batch {r['global_batch']}{partial} on {plots.count(r['replicas'], 'replica')}** "
-        f"(examples per replica: {shares}{where})\n\n{table}\n\n{r.get('explanation', '')}"
-    )
+    answer = {"ok": True, **{k: r[k] for k in ("global_batch", "examples", "replicas", "per_replica_examples")}}
+    return md, {**answer, "single_device": r["single_device"], "methods": rows}
 
 
-def build(settings: AppSettings, setup: dict, bind) -> None:
-    """The tab's layout and events; it reads the devices, batch and workers from Setup."""
-    gr.Markdown(
-        "With a strategy, each replica sees only its share of the global batch. The loss of one "
-        "global batch must come out the same as on a single device: scale per-example losses by "
-        "the **global** batch's example count, then SUM over replicas. This runs one global batch "
-        "that way and in four others (the tutorial's constant divisor, Keras 3's default "
-        "reduction, two classic mistakes), using the devices and global batch from "
-        "**1 · Setup & split**. Give fewer examples than the global batch to see a partial last "
-        "batch; its pieces show whether a replica is left empty (4 of a batch of 6 on 3 replicas: "
-        "2 + 2 + 0)."
-    )
+def shown_loss(value) -> str:
+    return "–" if value is None else f"{value:.6f}"
+
+
+def check(settings: AppSettings, replicas, gpus, global_batch, examples, seed):
+    """The tab's button and the API's /loss_check (named parameters)."""
+    return loss_check(settings, replicas, gpus, global_batch, seed, 1, examples)
+
+
+def build(settings: AppSettings, bind) -> None:
+    """The tab's own controls, a partial-last-batch preset, and the verdict."""
+    from .setup import device_inputs
+
+    gr.Markdown("Does each way of scaling the loss give the single-device loss? ✓ right, ✗ wrong.")
+    with gr.Row(equal_height=True):
+        count, boxes = device_inputs(settings, "", "dc-loss-devices")
+        batch = gr.Number(value=64, label="Global batch size", min_width=120)
+        examples = gr.Number(value=0, label="Examples in the batch (0: the global batch size)", min_width=120)
+        seed = gr.Number(value=0, label="Seed", min_width=80)
     with gr.Row():
-        seed = gr.Number(
-            value=0,
-            label="Seed (the initial weights; the batch is the first test images, as many as the next box says)",
-        )
-        examples = gr.Number(
-            value=0,
-            label="Examples in the batch (0: the global batch size)",
-            info="fewer than the global batch size: a partial last batch",
-        )
-    button = gr.Button("Check loss scaling", variant="primary")
+        preset = gr.Button("Partial last batch: 4 examples, batch 6, 3 replicas", size="sm", scale=0)
+        button = gr.Button("Check loss scaling", variant="primary", scale=0)
     result = gr.Markdown(elem_id="dc-loss", elem_classes=LIVE)
-    button.click(
-        bind(loss_check, settings),
-        [setup["count"], setup["boxes"], setup["batch"], seed, setup["workers"], examples],
-        result,
-    )
+    answer = gr.JSON(visible=False, label="Answer")
+    inputs = [count, boxes, batch, examples, seed]
+    button.click(bind(check, settings), inputs, [result, answer], api_name="loss_check")
+    preset.click(
+        lambda: (PARTIAL[0], PARTIAL[1], PARTIAL[2]), None, [count, batch, examples], api_visibility="private"
+    ).then(bind(check, settings), inputs, [result, answer], api_visibility="private")

@@ -1,4 +1,5 @@
-"""1 · Setup & split: the devices, batch and model; Show split; the form a browser keeps."""
+"""1 · Split: the split explorer (devices, batch, dataset size, policy, input API, workers), redrawn
+on every change; the training fields 2 · Train folds away; the form a browser keeps."""
 
 from __future__ import annotations
 
@@ -69,8 +70,7 @@ def device_inputs(settings: AppSettings, purpose: str = "", elem_id: str = "dc-d
         choices=list(range(1, settings.max_logical_cpus + 1)),
         value=2,
         interactive=interactive,
-        label=f"Logical CPU devices{purpose} (= replicas)",
-        info="No GPU here: the CPU is split into this many logical devices, one replica each.",
+        label=f"Replicas{purpose} (logical CPU devices)",
         visible=not has_gpus,
         elem_id=f"{elem_id}-count",
     )
@@ -78,11 +78,12 @@ def device_inputs(settings: AppSettings, purpose: str = "", elem_id: str = "dc-d
 
 
 def batch_note(settings: AppSettings, global_batch, cpu_count, gpu_boxes, workers=1) -> str:
-    """The per-replica batch next to the global batch, or a plain warning."""
+    """The per-replica batch next to the global batch, or a one-line warning with its reasons folded."""
     try:
-        return explain.batch_note(settings.gpus, global_batch, cpu_count, gpu_boxes, workers)
+        headline, details = explain.batch_note_parts(settings.gpus, global_batch, cpu_count, gpu_boxes, workers)
     except DistcoreError as e:
         return error_md(e)
+    return f"{headline}\n\n<details><summary>Why</summary>\n\n{details}\n\n</details>" if details else headline
 
 
 def devices_in_use(workers):
@@ -91,68 +92,79 @@ def devices_in_use(workers):
         single = check_int("worker processes", workers, high=forms.MAX_WORKERS) == 1
     except DistcoreError:
         single = True
-    info = (
-        "No GPU here: the CPU is split into this many logical devices, one replica each."
-        if single
-        else "Not used with 2+ worker processes: each worker process has one CPU replica."
-    )
+    info = None if single else "Not used with 2+ worker processes: each worker process has one CPU replica."
     return gr.update(interactive=single, info=info), gr.update(interactive=single)
+
+
+# The distributed-input guide's three examples: (label, dataset size, global batch, replicas).
+PRESETS = (
+    ("6 ids · batch 4 · 2 replicas", 6, 4, 2),
+    ("4 ids · batch 4 · 5 replicas", 4, 4, 5),
+    ("8 ids · batch 4 · 3 replicas", 8, 4, 3),
+)
 
 
 def show_split(
     settings: AppSettings,
     planner,
     source,
-    toy_examples,
+    dataset_size,
     train_examples,
     global_batch,
-    cpu_count,
-    gpu_boxes,
-    policy,
-    api,
+    replicas,
+    gpus,
+    shard_policy,
+    input_api,
     drop_remainder,
-    files,
+    source_files,
     workers=1,
     seed=0,
 ):
-    """Ask the planner how TF splits the dataset; return (figure or None, summary markdown).
-    Fashion-MNIST's rows are shown in the order epoch 1 of a run with `seed` reads them."""
+    """Ask the planner how TF splits the dataset: (figure or None, notes markdown, the plan as
+    plain values or {"error": message}). Fashion-MNIST's rows are shown in the order epoch 1 of a
+    run with `seed` reads them. The page's split and the API's /plan_split."""
     try:
         # Fashion-MNIST has 60,000 training examples: the same check (and words) as Train's.
         examples = (
-            check_int("N (toy dataset size)", toy_examples, high=MAX_SPLIT_EXAMPLES)
+            check_int("N (toy dataset size)", dataset_size, high=MAX_SPLIT_EXAMPLES)
             if source == TOY
             else check_int("train examples", train_examples, high=TRAIN_SIZE)
         )
         global_batch = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
-        files = check_int("source files", files, low=0, high=64)
+        files = check_int("source files", source_files, low=0, high=64)
         workers = check_int("worker processes", workers, high=forms.MAX_WORKERS)
         shuffle_seed = (
             check_int("seed", seed if seed is not None else 0, low=0, high=MAX_SEED) if source == FASHION else None
         )
         if workers > 1:
-            return split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files, shuffle_seed)
-        names = forms.selected_devices(settings.gpus, cpu_count, gpu_boxes)
-        cfg = SplitConfig(
-            examples=examples,
-            global_batch=global_batch,
-            devices=names,
-            policy=policy,
-            api=api,
-            drop_remainder=bool(drop_remainder),
-            files=files or 0,
-            shuffle_seed=shuffle_seed,
-        )
-        if planner.max_replicas and cfg.replicas > planner.max_replicas:
-            raise DistcoreError(f"the split planner handles at most {planner.max_replicas} replicas.")
-        plan = planner.plan(forms.planner_request(cfg))
+            plan = split_on_workers(
+                workers, examples, global_batch, shard_policy, input_api, drop_remainder, files, shuffle_seed
+            )
+        else:
+            names = forms.selected_devices(settings.gpus, replicas, gpus)
+            cfg = SplitConfig(
+                examples=examples,
+                global_batch=global_batch,
+                devices=names,
+                policy=shard_policy,
+                api=input_api,
+                drop_remainder=bool(drop_remainder),
+                files=files or 0,
+                shuffle_seed=shuffle_seed,
+            )
+            if planner.max_replicas and cfg.replicas > planner.max_replicas:
+                raise DistcoreError(f"the split planner handles at most {planner.max_replicas} replicas.")
+            plan = planner.plan(forms.planner_request(cfg))
+            plan = {**plan, "devices": list(names)}  # show the user's device names on the columns
     except DistcoreError as e:
-        return None, error_md(e)
-    plan = {**plan, "devices": list(names)}  # show the user's device names on the columns
-    return plots.split_figure(plan), plots.split_summary(plan)
+        return None, error_md(e), {"error": str(e)}
+    headline, details = explain.split_notes(plan)
+    notes = f"{headline}\n\n<details><summary>Details</summary>\n\n{details}\n\n</details>" if details else headline
+    shown = {k: plan[k] for k in ("global_batch", "replicas", "devices", "steps", "rows") if k in plan}
+    return plots.split_figure(plan), notes, {"headline": headline, **shown}
 
 
-def split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files, shuffle_seed=None):
+def split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files, shuffle_seed=None) -> dict:
     """The plan as W real worker processes see it (10-20 s: each one starts TensorFlow)."""
     cfg = SplitConfig(
         examples=examples,
@@ -165,9 +177,7 @@ def split_on_workers(workers, examples, global_batch, policy, api, drop_remainde
         workers=workers,
         shuffle_seed=shuffle_seed,
     )
-    result = jobs.run_cli_json(forms.split_args(cfg), timeout=300)
-    plan = plots.combine_worker_plans(result)
-    return plots.split_figure(plan), plots.split_summary(plan)
+    return plots.combine_worker_plans(jobs.run_cli_json(forms.split_args(cfg), timeout=300))
 
 
 def keep_setup_in_browser(demo: gr.Blocks, setup: dict) -> dict:
@@ -189,7 +199,9 @@ def keep_setup_in_browser(demo: gr.Blocks, setup: dict) -> dict:
         js=f"(...values) => Object.fromEntries({json.dumps(KEPT_FIELDS)}.map((k, i) => [k, values[i]]))",
     )
     gr.on([f.input for f in fields], **keep)
-    demo.load(form_restorer(dict(zip(KEPT_FIELDS, fields))), kept, fields, show_progress="hidden")
+    demo.load(
+        form_restorer(dict(zip(KEPT_FIELDS, fields))), kept, fields, show_progress="hidden", api_visibility="private"
+    )
     return keep
 
 
@@ -223,95 +235,106 @@ def train_form(setup: dict) -> list:
     return [setup[k] for k, _ in forms.TRAIN_FORM]
 
 
+def training_fields(ui: dict) -> None:
+    """The training settings (2 · Train's fold), added to `ui`: the form a browser keeps spans
+    both tabs, and training reads tab 1's devices, batch, policy, input API and workers too."""
+    with gr.Row():
+        ui["model"] = gr.Radio(list(MODELS), value="cnn", label="Model")
+        ui["optimizer"] = gr.Radio(list(OPTIMIZERS), value="adam", label="Optimizer")
+        ui["lr"] = gr.Number(value=0.001, label="Learning rate")
+        ui["seed"] = gr.Number(value=0, label="Seed")
+    with gr.Row():
+        ui["epochs"] = gr.Number(value=1, label="Epochs")
+        ui["max_steps"] = gr.Number(value=0, label="Max steps (0 = no limit)")
+        ui["steps_per_loop"] = gr.Number(value=20, label="Steps per loop")
+        ui["ckpt_every"] = gr.Number(value=0, label="Checkpoint every N steps", info="0 = at epoch ends and on stop")
+    with gr.Row():
+        ui["ckpt_keep"] = gr.Number(value=0, label="Checkpoints kept", info="the newest N; 0 = all")
+        ui["train_examples"] = gr.Number(value=60000, label="Training examples", info="the first N of 60,000")
+        ui["test_examples"] = gr.Number(value=10000, label="Test examples", info="the first N of 10,000")
+
+
+SPLIT_INPUTS = ("source", "toy_n", "train_examples", "batch", "count", "boxes", "policy", "api", "drop", "files")
+
+
 def build(settings: AppSettings, planner, bind) -> dict:
-    """The tab's layout and events; returns its components by name."""
+    """The split explorer's layout; its events are wired by wire_split once 2 · Train has added
+    the training fields (the split of Fashion-MNIST rows reads Training examples and Seed)."""
     ui = {}
-    gr.Markdown(
-        "Choose the devices, the batch and the model. **Show split** asks TensorFlow "
-        "which examples each replica gets; **2 · Train** uses these settings."
-    )
+    gr.Markdown("Which examples does each replica get? Change a value: TensorFlow redraws the split.")
     with gr.Row():
-        with gr.Column():
-            gr.Markdown("### Devices and input")
+        ui["presets"] = [gr.Button(label, size="sm", scale=0) for label, *_ in PRESETS]
+    with gr.Row():
+        with gr.Column(scale=3):
+            # No label: the figure's title says what it shows, and Gradio's label would cover its start.
+            ui["split_plot"] = gr.Plot(label="Global batches × replicas", show_label=False, elem_id="dc-split")
+            ui["split_text"] = gr.Markdown(elem_classes=LIVE, elem_id="dc-split-notes")
+            ui["split_json"] = gr.JSON(visible=False, label="Plan")
+        with gr.Column(scale=2, min_width=320):
             ui["count"], ui["boxes"] = device_inputs(settings)
-            ui["batch"] = gr.Number(value=64, label="Global batch size", info="examples per step, over all replicas")
+            with gr.Row():
+                ui["batch"] = gr.Number(value=64, label="Global batch size", min_width=120)
+                ui["toy_n"] = gr.Number(value=150, label="N (toy dataset size)", min_width=120)
             ui["batch_note"] = gr.Markdown(batch_note(settings, 64, 2, list(settings.gpus)))
-            ui["policy"] = gr.Radio(list(POLICY_CHOICES), value="auto", label="Shard policy (auto_shard_policy)")
+            ui["policy"] = gr.Radio(list(POLICY_CHOICES), value="auto", label="Shard policy")
             ui["api"] = gr.Radio(list(API_CHOICES), value="dataset", label="Input API")
-            ui["drop"] = gr.Checkbox(value=False, label="drop_remainder (drop the last partial global batch)")
-            ui["workers"] = gr.Number(
-                value=1,
-                label="Worker processes",
-                info="1: MirroredStrategy in one process. 2+: MultiWorkerMirroredStrategy over that many "
-                "processes, one CPU replica each (TF_CONFIG names 127.0.0.1, but TensorFlow's servers "
-                "listen on all interfaces, unauthenticated: see the README); Show split then takes "
-                "10-20 s (every worker process starts TensorFlow)",
-            )
-        with gr.Column():
-            gr.Markdown("### Model and training")
             with gr.Row():
-                ui["model"] = gr.Radio(list(MODELS), value="cnn", label="Model")
-                ui["optimizer"] = gr.Radio(list(OPTIMIZERS), value="adam", label="Optimizer")
-            with gr.Row():
-                ui["lr"] = gr.Number(value=0.001, label="Learning rate")
-                ui["seed"] = gr.Number(value=0, label="Seed")
-            with gr.Row():
-                ui["epochs"] = gr.Number(value=1, label="Epochs")
-                ui["max_steps"] = gr.Number(value=0, label="Max steps (0 = no limit)")
-            with gr.Row():
-                ui["steps_per_loop"] = gr.Number(
-                    value=20, label="Steps per loop", info="steps run inside one tf.function call"
+                ui["drop"] = gr.Checkbox(value=False, label="drop_remainder")
+                ui["workers"] = gr.Number(value=1, label="Worker processes", min_width=120)
+            with gr.Accordion("Fashion-MNIST rows, source files", open=False):
+                ui["source"] = gr.Radio(
+                    [("Toy ids 0 … N-1", TOY), ("Fashion-MNIST rows, in epoch 1's order (Seed)", FASHION)],
+                    value=TOY,
+                    label="Dataset to split",
                 )
-                ui["ckpt_every"] = gr.Number(
-                    value=0, label="Checkpoint every N steps", info="0 = at epoch ends and on stop"
-                )
-                ui["ckpt_keep"] = gr.Number(
-                    value=0, label="Checkpoints kept", info="the newest N stay on disk; 0 = all"
-                )
-            with gr.Row():
-                ui["train_examples"] = gr.Number(value=60000, label="Training examples", info="the first N of 60,000")
-                ui["test_examples"] = gr.Number(value=10000, label="Test examples", info="the first N of 10,000")
-    gr.Markdown("### The split: who gets which examples")
-    with gr.Row():
-        ui["source"] = gr.Radio(
-            [
-                ("Toy dataset of N ids (0 … N-1)", TOY),
-                ("Fashion-MNIST training rows, in the order epoch 1 reads them (Seed)", FASHION),
-            ],
-            value=TOY,
-            label="Dataset to split",
-            scale=2,
-        )
-        ui["toy_n"] = gr.Number(value=150, label="N (toy dataset size)", scale=1)
-        ui["files"] = gr.Number(
-            value=0, label="Source files (0 = in memory)", info="FILE sharding needs files", scale=1
-        )
-    show = gr.Button("Show split", variant="primary")
-    # No label: the figure's title says what it shows, and Gradio's label would cover its start.
-    ui["split_plot"] = gr.Plot(label="Global batches × replicas", show_label=False, elem_id="dc-split")
-    ui["split_text"] = gr.Markdown(elem_classes=LIVE)
+                ui["files"] = gr.Number(value=0, label="Source files (0 = in memory)", info="FILE sharding needs files")
     note_inputs = [ui["batch"], ui["count"], ui["boxes"], ui["workers"]]
     for comp in note_inputs:
-        comp.change(bind(batch_note, settings), note_inputs, ui["batch_note"], show_progress="hidden", queue=False)
-    ui["workers"].change(devices_in_use, ui["workers"], [ui["count"], ui["boxes"]], show_progress="hidden", queue=False)
-    show.click(
-        bind(show_split, settings, planner),
-        [
-            ui["source"],
-            ui["toy_n"],
-            ui["train_examples"],
-            ui["batch"],
-            ui["count"],
-            ui["boxes"],
-            ui["policy"],
-            ui["api"],
-            ui["drop"],
-            ui["files"],
-            ui["workers"],
-            ui["seed"],
-        ],
-        [ui["split_plot"], ui["split_text"]],
-        concurrency_limit=4,
-        api_name="show_split",
+        comp.change(
+            bind(batch_note, settings),
+            note_inputs,
+            ui["batch_note"],
+            show_progress="hidden",
+            queue=False,
+            api_visibility="private",
+        )
+    ui["workers"].change(
+        devices_in_use,
+        ui["workers"],
+        [ui["count"], ui["boxes"]],
+        show_progress="hidden",
+        queue=False,
+        api_name="devices_in_use",
+        api_visibility="undocumented",
     )
+    # The shell chains keeping the form to each (.input events fire for typing only).
+    ui["preset_events"] = [
+        button.click(
+            lambda n=n, g=g, r=r: (TOY, n, g, r, 1),
+            None,
+            [ui["source"], ui["toy_n"], ui["batch"], ui["count"], ui["workers"]],
+            show_progress="hidden",
+            api_visibility="private",
+        )
+        for button, (_, n, g, r) in zip(ui["presets"], PRESETS)
+    ]
     return ui
+
+
+def wire_split(demo: gr.Blocks, settings: AppSettings, planner, bind, ui: dict) -> None:
+    """The split redraws on its own: on opening (for the form the browser kept) and on every
+    change, the last change winning while a plan is drawn (trigger_mode="always_last")."""
+    inputs = [ui[k] for k in SPLIT_INPUTS] + [ui["workers"], ui["seed"]]
+    outputs = [ui["split_plot"], ui["split_text"], ui["split_json"]]
+    gr.on(
+        [ui[k].change for k in (*SPLIT_INPUTS, "workers")],
+        bind(show_split, settings, planner),
+        inputs,
+        outputs,
+        concurrency_limit=4,
+        trigger_mode="always_last",
+        show_progress="minimal",
+        api_name="plan_split",
+        api_description="How tf.distribute cuts the dataset: the figure, its notes, and the plan as JSON.",
+    )
+    demo.load(bind(show_split, settings, planner), inputs, outputs, show_progress="hidden", api_visibility="private")

@@ -1,4 +1,4 @@
-"""2 · Train: start, stop and resume runs, copy a run's settings into Setup, export a run.
+"""2 · Train: the dashboard of the followed run; start, stop, resume, train more, export.
 
 The form becomes a TrainConfig and a command line in distcore.forms; the job limit is
 distcore.joblimit's; the resume rules are TrainConfig's (forms.check_same_setup words them).
@@ -12,14 +12,14 @@ import time
 
 import gradio as gr
 
-from distcore import explain, forms, joblimit, jobs, plots, runs
+from distcore import explain, follow, forms, joblimit, jobs, plots, runs
 from distcore.config import DistcoreError
 
-from . import watch
+from . import trainapi, watch
 from .format import error_md
 from .hosting import gradio_room
 from .settings import AppSettings
-from .setup import LIVE, train_form
+from .setup import LIVE, train_form, training_fields
 
 REPEAT_SECONDS = 5  # a second Start with an empty name and the same form this soon is the same click
 CONFIRM_SECONDS = 10  # a second Stop this soon stops a run this page did not start
@@ -182,17 +182,17 @@ def load_run_settings(settings: AppSettings, name):
     ]
     extra = f" Note: {'; '.join(notes)}." if notes else ""
     return (
-        f"**1 · Setup & split** now holds run **{run_dir.name}**'s settings. Raise Epochs or Max steps "
-        f"there and press **Resume** to continue it, or give a new name and **Start training** for a copy."
+        f"The form now holds run **{run_dir.name}**'s settings: raise Epochs and **Resume**, or name a copy and "
+        f"**Start training**."
         f"{extra}",
         *fields,
     )
 
 
-def export_run(settings: AppSettings, name):
+def export_run(settings: AppSettings, run):
     """Write the run's metrics CSV and a copy of config.json to a fresh temp folder."""
     try:
-        run_dir = watch.run_dir_of(settings, name)
+        run_dir = watch.run_dir_of(settings, run)
         runs.read_config(run_dir)
         out = runs.export_folder()
         csv_path = plots.metrics_csv(runs.read_metrics(run_dir), out / f"{run_dir.name}-metrics.csv")
@@ -208,75 +208,123 @@ def export_run(settings: AppSettings, name):
     return [str(csv_path), str(config_path)], f"Exported **{run_dir.name}**: metrics CSV and config.json."
 
 
+def settings_summary(settings: AppSettings, *form) -> str:
+    """The training fold's label: what Start trains, in one line (or what is wrong with the form)."""
+    try:
+        return gr.update(label="Training: " + forms.summary(forms.train_config(settings.gpus, *form)))
+    except DistcoreError as e:
+        return gr.update(label=f"Training settings: {e}")
+
+
+QUICK_DEMO = {"model": "mlp", "epochs": 2, "steps_per_loop": 5, "train_examples": 6400, "test_examples": 1000}
+
+
 def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> dict:
-    """The tab's layout and events; returns its components by name."""
+    """The dashboard: status and progress, the buttons, the plots; the settings folded below."""
     ui = {}
-    gr.Markdown(
-        "Training runs in its own process and keeps going if you close the page. "
-        "**Stop training** stops at the end of the current loop of *Steps per loop* steps "
-        "(with worker processes, once they agree: at most one loop later) and saves a checkpoint; "
-        "**Resume** continues the selected run from its latest checkpoint with the epochs, max "
-        "steps (0 = no limit), steps per loop, checkpoint interval, checkpoints kept, devices and "
-        "worker processes set in **1 · Setup & split**; its other fields there must match the run's "
-        "(**Use its settings in Setup** copies them from the run)."
-    )
-    with gr.Row():
-        ui["name"] = gr.Textbox(
-            label="New run name", placeholder="empty = run-DATE-TIME", info="ASCII letters, digits, _ . - only", scale=2
-        )
-        start = gr.Button("Start training", variant="primary", scale=1)
-        stop = gr.Button("Stop training", variant="stop", scale=1)
-        resume = gr.Button("Resume", scale=1)
-    ui["message"] = gr.Markdown(elem_classes=LIVE)
+    ui["status"] = gr.Markdown("No run selected yet.", elem_id="dc-status")
     with gr.Row(equal_height=True):
         # allow_custom_value: after an app restart an open page's timer sends the run it shows,
         # which the new server's (still empty) choices would refuse with an error popup.
-        ui["run"] = gr.Dropdown(choices=[], value=None, label="Run to follow", scale=4, allow_custom_value=True)
-        refresh = gr.Button("↻ Refresh runs", scale=1)
-        ui["use_settings"] = gr.Button("Use its settings in Setup", scale=1)
-    ui["status"] = gr.Markdown("No run selected yet.")
-    # No labels: the figures have titles, and on a phone a label covers the plot's toolbar.
-    ui["loss_plot"] = gr.Plot(label="Training loss per step", show_label=False, elem_id="dc-loss-plot")
-    ui["epoch_plot"] = gr.Plot(label="Loss and accuracy per epoch", show_label=False)
-    # Tall enough for all of log_text (2 x 12 lines and 2 headings): the newest lines are at the
-    # bottom of each part, and a box that scrolls opens at its top, hiding them.
-    ui["logs"] = gr.Textbox(label="Latest log lines", lines=8, max_lines=26, elem_id="dc-logs", interactive=False)
+        ui["run"] = gr.Dropdown(choices=[], value=None, label="Run to follow", scale=3, allow_custom_value=True)
+        start = gr.Button("Start training", variant="primary", scale=1)
+        stop = gr.Button("Stop training", variant="stop", scale=1, interactive=False)
+        resume = gr.Button("Resume", scale=1, interactive=False)
+        more = gr.Button(f"Train {follow.MORE_EPOCHS} more epoch", scale=1, visible=False)
+    ui["message"] = gr.Markdown(elem_classes=LIVE)
+    ui["answer"] = gr.JSON(visible=False, label="Answer")
+    with gr.Row():
+        # No labels: the figures have titles, and on a phone a label covers the plot's toolbar.
+        ui["loss_plot"] = gr.Plot(label="Training loss per step", show_label=False, elem_id="dc-loss-plot")
+        ui["epoch_plot"] = gr.Plot(label="Loss and accuracy per epoch", show_label=False)
+    with gr.Accordion("Training: …", open=False) as fold:
+        with gr.Row():
+            ui["name"] = gr.Textbox(
+                label="New run name", placeholder="empty = run-DATE-TIME", info="ASCII letters, digits, _ . -", scale=2
+            )
+            demo_preset = gr.Button("Quick demo (MLP, 6,400 examples)", size="sm", scale=1)
+            ui["use_settings"] = gr.Button("Use the followed run's settings", size="sm", scale=1)
+        training_fields(setup)
+    ui["system_plot"] = gr.Plot(label="System", show_label=False, elem_id="dc-system-plot")
+    with gr.Accordion("Log", open=False):
+        # Tall enough for all of log_text (2 x 12 lines and 2 headings): the newest lines are at the
+        # bottom of each part, and a box that scrolls opens at its top, hiding them.
+        ui["logs"] = gr.Textbox(label="Latest log lines", lines=8, max_lines=26, elem_id="dc-logs", interactive=False)
     with gr.Accordion("Download this run", open=False):
         export = gr.Button("Export metrics CSV + config.json")
         ui["files"] = gr.File(label="Files", file_count="multiple", interactive=False)
         ui["export_msg"] = gr.Markdown(elem_classes=LIVE)
+    refresh = gr.Button("↻ Refresh runs", size="sm", visible=False)
     sig = gr.State(None)  # per session: what the plots currently show
     view = [ui["status"], ui["loss_plot"], ui["epoch_plot"], ui["logs"]]
-    # Explicit api_names: stable endpoints for gradio_client (tests/test_many_users.py).
+    panel = [*view, ui["system_plot"], stop, resume, more]
     recent = gr.State(None)  # per session: its last start with an empty name (start_click)
     mine = gr.State([])  # per session: the runs it started or resumed (claiming)
     armed = gr.State(None)  # per session: a Stop of another run, waiting for its second click
+    form = train_form(setup)
     start.click(
-        claiming(settings, bind(start_click, settings, lock)),
-        [mine, recent, ui["name"], *train_form(setup)],
-        [ui["message"], ui["run"], recent, mine],
-        api_name="start_run",
+        bind(trainapi.start_training, settings, lock),
+        [mine, recent, ui["name"], *form],
+        [ui["message"], ui["run"], ui["answer"], recent, mine],
+        api_name="start_training",
     )
-    stop.click(bind(stop_click, settings), [mine, armed, ui["run"]], [ui["message"], armed], api_name="stop_run")
+    stop.click(
+        bind(trainapi.stop_training, settings),
+        [mine, armed, ui["run"]],
+        [ui["message"], ui["answer"], armed],
+        api_name="stop_training",
+    )
     resume.click(
-        claiming(settings, bind(resume_run, settings, lock)),
-        [mine, ui["run"], *train_form(setup)],
-        [ui["message"], ui["run"], mine],
-        api_name="resume_run",
+        bind(trainapi.resume_training, settings, lock),
+        [mine, ui["run"], *form],
+        [ui["message"], ui["run"], ui["answer"], mine],
+        api_name="resume_training",
     )
-    refresh.click(lambda name: watch.run_dropdown(settings, name), ui["run"], ui["run"], api_name="refresh_runs")
-    ui["run"].change(bind(watch.run_view, settings), ui["run"], view, api_name="run_view")
-    # Another run followed, or this one started again: its exported files are no longer "this run".
-    for changed in (ui["run"].change, start.click, resume.click):
-        changed(lambda: (None, ""), None, [ui["files"], ui["export_msg"]], show_progress="hidden")
+    more.click(
+        bind(trainapi.train_more, settings, lock),
+        [mine, ui["run"]],
+        [ui["message"], ui["run"], ui["answer"], mine],
+        api_name="train_more",
+    )
+
+    def run_status(run: str) -> dict:
+        """A run's state, progress (0-1) and latest metrics, as JSON."""
+        return trainapi.status_record(settings, run)
+
+    gr.api(run_status, api_name="run_status")
+    refresh.click(lambda name: watch.run_dropdown(settings, name), ui["run"], ui["run"], api_visibility="private")
+    ui["run"].change(bind(watch.run_panel, settings), ui["run"], panel, api_visibility="private")
+    # Another run followed, or this one started again: its exported files and the last answer
+    # are no longer "this run's".
+    ui["run"].change(
+        lambda: (None, ""), None, [ui["files"], ui["export_msg"]], show_progress="hidden", api_visibility="private"
+    )
+    ui["run"].input(lambda: "", None, ui["message"], show_progress="hidden", api_visibility="private")
     timer.tick(
         bind(watch.poll_run, settings),
         [ui["run"], sig],
-        [*view, sig],
+        [*panel, sig],
         show_progress="hidden",
         concurrency_limit=8,
         api_name="poll_run",
+        api_visibility="undocumented",
     )
     ui["labels"] = gr.State(None)  # per session: the run picker's labels (polled with Evaluate's, poll_lists)
     export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]], api_name="export_run")
+    # The fold's label says what Start trains, redrawn as any field changes (tab 1's too).
+    gr.on(
+        [f.change for f in form],
+        bind(settings_summary, settings),
+        form,
+        fold,
+        show_progress="hidden",
+        queue=False,
+        api_visibility="private",
+    )
+    fold.label = settings_summary(settings, *[f.value for f in form])["label"]
+    ui["fold"] = fold
+    demo_fields = [setup[k] for k in QUICK_DEMO]
+    ui["demo_event"] = demo_preset.click(
+        lambda: tuple(QUICK_DEMO.values()), None, demo_fields, show_progress="hidden", api_visibility="private"
+    )
     return ui

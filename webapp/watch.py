@@ -67,6 +67,24 @@ def run_view(settings: AppSettings, name):
     return (text, plots.loss_figure(metrics, saved, l2), plots.epoch_figure(metrics, l2), log_text(run_dir, metrics))
 
 
+def run_panel(settings: AppSettings, name):
+    """run_view, then the system figure and the buttons the followed run allows (follow.run_actions):
+    (Stop, Resume, Train more) updates."""
+    try:
+        record = follow.run_record(settings.runs_root, name) if name else None
+        samples = runs.read_system(runs.safe_run_dir(settings.runs_root, name)) if record else []
+    except DistcoreError:
+        record, samples = None, []
+    allowed = follow.run_actions(record)
+    return (
+        *run_view(settings, name),
+        plots.system_figure(samples),
+        gr.update(interactive=allowed["stop"]),
+        gr.update(interactive=allowed["resume"], visible=not allowed["more"]),
+        gr.update(visible=allowed["more"]),
+    )
+
+
 def run_signature(settings: AppSettings, name) -> tuple:
     """Changes whenever anything the view shows changes (cheap: stat calls only)."""
     try:
@@ -74,7 +92,7 @@ def run_signature(settings: AppSettings, name) -> tuple:
     except DistcoreError:
         return (name,)
     sig = [name, jobs.is_active(run_dir)]
-    for f in ("metrics.jsonl", "status.json", jobs.LOG_FILE, "checkpoints"):
+    for f in ("metrics.jsonl", "status.json", jobs.LOG_FILE, "checkpoints", "system.jsonl"):
         try:
             st = (run_dir / f).stat()
             sig += [st.st_size, st.st_mtime_ns]
@@ -84,11 +102,14 @@ def run_signature(settings: AppSettings, name) -> tuple:
 
 
 def poll_run(settings: AppSettings, name, last_sig):
-    """Timer tick: redraw only when the run directory changed."""
+    """Timer tick: redraw (run_panel) only when the run directory changed."""
     sig = run_signature(settings, name) if name else (None,)
     if list(sig) == list(last_sig or []):
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), last_sig
-    return (*run_view(settings, name), list(sig))
+        return (*[gr.skip()] * PANEL_OUTPUTS, last_sig)
+    return (*run_panel(settings, name), list(sig))
+
+
+PANEL_OUTPUTS = 8  # run_panel's: status, loss, epochs, log, system, Stop, Resume, Train more
 
 
 def poll_lists(settings: AppSettings, last_labels, run, checkpoint, last, chosen=None, followed=None):
