@@ -39,7 +39,9 @@ Each speed target is reported next to what step_only reached in the same run:
 no loop over these kernels does better, so a target above it is out of reach
 for any loop on this machine. At each replica count, step_only and distcore's
 loop also take turns in one process (fastest of several rounds): how much
-longer distcore's step takes is what the loop and its input cost. A tf.profiler
+longer distcore's step takes is what the loop and its input cost, split by two more
+contenders in the same rounds (distcore's loop fed one cached batch; the input alone) into
+the distributed iterator, the data pipeline and the Python between calls. A tf.profiler
 trace of each says what a step spends.
 
 The orchestrating process never imports TensorFlow; workers are
@@ -78,6 +80,7 @@ TARGETS = {
     "peak_memory_gib": 1.5,
     "first_step_seconds": 8.0,
     "split_plan_seconds": 1.0,
+    "sysmetrics_share": 0.02,  # of one core: the system-metrics sampler's most from throughput
 }
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,9 +89,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # Orchestration (no TensorFlow in this process)
 # ----------------------------------------------------------------------------------------
 
-def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DEFAULT_REPEATS,
-        warmup: int = DEFAULT_WARMUP, memory_steps: int = 200, quick: bool = False, same_threads: bool = False,
-        log=None) -> dict:
+
+def run(
+    replicas=DEFAULT_REPLICAS,
+    steps: int = DEFAULT_STEPS,
+    repeats: int = DEFAULT_REPEATS,
+    warmup: int = DEFAULT_WARMUP,
+    memory_steps: int = 200,
+    quick: bool = False,
+    same_threads: bool = False,
+    log=None,
+) -> dict:
     """Run every measurement, each kind in processes of its own; return the report."""
     log = log or (lambda message: None)
     replicas = tuple(int(r) for r in replicas)
@@ -112,7 +123,9 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
             row[f"step_only_vs_{other}"] = paired_ratio(out["samples"], "step_only", other)
             cpu = out["cpu_us_per_example"]
             row[f"vs_{other}_cpu"] = round(statistics.median(b / a for a, b in zip(cpu["distcore"], cpu[other])), 3)
-        row["cpu_us_per_example"] = {name: round(statistics.median(v), 1) for name, v in out["cpu_us_per_example"].items()}
+        row["cpu_us_per_example"] = {
+            name: round(statistics.median(v), 1) for name, v in out["cpu_us_per_example"].items()
+        }
         row["share_of_step_only"] = round(row["distcore"] / row["step_only"], 3)
         results.append(row)
     log(f"peak memory and first step of `python -m distcore train` ({max(replicas)} replicas) ...")
@@ -136,6 +149,8 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
         profiles.append(worker("profile", "--replicas", r, *(["--steps", 5, "--quick"] if quick else ["--steps", 40])))
     log("split visualiser: 64-step, 8-replica plan ...")
     split = worker("split")
+    log("system-metrics sampler: CPU per sample ...")
+    sampler = worker("sysmetrics")
     report = {
         "results": results,
         "ceiling": round(ceiling_eps, 1),
@@ -147,10 +162,19 @@ def run(replicas=DEFAULT_REPLICAS, steps: int = DEFAULT_STEPS, repeats: int = DE
         "first_step_seconds": process["first_step_seconds"],
         "split_plan_seconds": split["first_plan_seconds"],
         "split": split,
+        "sysmetrics": sampler,  # share_of_one_core: the most it takes from training's throughput
         "step_profiles": profiles,
-        "settings": {"replicas": list(replicas), "steps": steps, "repeats": repeats, "warmup": warmup,
-                     "per_replica_batch": PER_REPLICA_BATCH, "memory_steps": memory_steps, "quick": quick,
-                     "same_threads": same_threads},
+        "overhead": [{"replicas": p["replicas"], **p["overhead"]} for p in profiles],
+        "settings": {
+            "replicas": list(replicas),
+            "steps": steps,
+            "repeats": repeats,
+            "warmup": warmup,
+            "per_replica_batch": PER_REPLICA_BATCH,
+            "memory_steps": memory_steps,
+            "quick": quick,
+            "same_threads": same_threads,
+        },
         "machine": machine_info(ceiling),
         "seconds": round(time.perf_counter() - started, 1),
         "phase_seconds": phases,
@@ -177,8 +201,9 @@ def die_with_parent() -> None:
 def worker(kind: str, *args) -> dict:
     """Run `python -m distcore.bench --worker KIND ARGS` and return its JSON line."""
     cmd, env = worker_command(kind, *args)
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=die_with_parent)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=die_with_parent
+    )
     try:
         stdout, stderr = proc.communicate()
     except BaseException:  # a stop: let it clean up (killed, its autograph files would stay in TMPDIR)
@@ -204,16 +229,19 @@ def train_round(replicas: int, steps: int, repeats: int, warmup: int, same_threa
     `same_threads`, distcore's setting too: the loops alone). Only one process
     works at a time; the others wait on their stdin.
     """
-    procs = {name: ContenderProcess(name, replicas, steps, warmup,
-                                    tf_default_threads=name in TF_DEFAULT_THREADS and not same_threads)
-             for name in MEASURED}
+    procs = {
+        name: ContenderProcess(
+            name, replicas, steps, warmup, tf_default_threads=name in TF_DEFAULT_THREADS and not same_threads
+        )
+        for name in MEASURED
+    }
     try:
         info = {name: proc.ready() for name, proc in procs.items()}
         samples = {name: [] for name in MEASURED}
         cpu = {name: [] for name in MEASURED}
         orders = []
         for rep in range(repeats):
-            turn = list(MEASURED[rep % len(MEASURED):] + MEASURED[:rep % len(MEASURED)])
+            turn = list(MEASURED[rep % len(MEASURED) :] + MEASURED[: rep % len(MEASURED)])
             orders.append(turn)
             for name in turn:
                 rate, cpu_us = procs[name].measure(max(1, steps // 2) if name == "step_only" else steps, warmup)
@@ -222,8 +250,7 @@ def train_round(replicas: int, steps: int, repeats: int, warmup: int, same_threa
     finally:
         for proc in procs.values():
             proc.close()
-    return {"replicas": replicas, "samples": samples, "cpu_us_per_example": cpu, "order": orders,
-            "contenders": info}
+    return {"replicas": replicas, "samples": samples, "cpu_us_per_example": cpu, "order": orders, "contenders": info}
 
 
 class ContenderProcess:
@@ -232,12 +259,21 @@ class ContenderProcess:
     def __init__(self, name: str, replicas: int, steps: int, warmup: int, tf_default_threads: bool):
         self.name = name
         self.log = tempfile.TemporaryFile("w+")
-        cmd, env = worker_command("serve", "--contender", name, "--replicas", replicas, "--steps", steps,
-                                  "--warmup", warmup)
+        cmd, env = worker_command(
+            "serve", "--contender", name, "--replicas", replicas, "--steps", steps, "--warmup", warmup
+        )
         if tf_default_threads:
             env["TF_NUM_INTRAOP_THREADS"] = "0"  # TensorFlow's default; devices.configure leaves it alone
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            preexec_fn=die_with_parent,
+        )
 
     def _reply(self) -> dict:
         for line in self.proc.stdout:
@@ -245,8 +281,9 @@ class ContenderProcess:
                 return json.loads(line)
         self.proc.wait()
         self.log.seek(0)
-        raise RuntimeError(f"bench contender {self.name} failed (exit {self.proc.returncode}):\n"
-                           f"{self.log.read()[-3000:]}")
+        raise RuntimeError(
+            f"bench contender {self.name} failed (exit {self.proc.returncode}):\n{self.log.read()[-3000:]}"
+        )
 
     def ready(self) -> dict:
         return self._reply()
@@ -283,8 +320,19 @@ def train_process(replicas: int, max_steps: int, test_examples: int | None = Non
     """Launch `python -m distcore train --json` and time it to its first step record;
     its peak resident memory comes from wait4's rusage of that one child."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "distcore", "train", "--run-dir", str(Path(tmp) / "run"),
-               "--replicas", str(replicas), "--max-steps", str(max_steps), "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "distcore",
+            "train",
+            "--run-dir",
+            str(Path(tmp) / "run"),
+            "--replicas",
+            str(replicas),
+            "--max-steps",
+            str(max_steps),
+            "--json",
+        ]
         if test_examples:  # --quick: a smaller test pass at the end (memory then understates)
             cmd += ["--test-examples", str(test_examples)]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -310,20 +358,27 @@ def train_process(replicas: int, max_steps: int, test_examples: int | None = Non
     if proc.returncode != 0 or first_step is None:
         raise RuntimeError(f"`{' '.join(cmd[1:])}` failed (exit {proc.returncode}).")
     chunks = sorted(set(rates), key=rates.index)  # one rate per chunk of steps, the one that traced left out
-    return {"replicas": replicas, "steps": max_steps,
-            "peak_rss_gib": round(usage.ru_maxrss * 1024 / 2**30, 3),  # ru_maxrss is in KiB on Linux
-            "first_step_seconds": round(first_step, 2), "total_seconds": round(total, 2),
-            "start_event_seconds": round(start_event, 2) if start_event is not None else None,
-            "steps_per_loop_note": "step records are printed when a chunk of steps_per_loop steps ends",
-            "median_chunk_examples_per_sec": round(statistics.median(chunks), 1) if chunks else None}
+    return {
+        "replicas": replicas,
+        "steps": max_steps,
+        "peak_rss_gib": round(usage.ru_maxrss * 1024 / 2**30, 3),  # ru_maxrss is in KiB on Linux
+        "first_step_seconds": round(first_step, 2),
+        "total_seconds": round(total, 2),
+        "start_event_seconds": round(start_event, 2) if start_event is not None else None,
+        "steps_per_loop_note": "step records are printed when a chunk of steps_per_loop steps ends",
+        "median_chunk_examples_per_sec": round(statistics.median(chunks), 1) if chunks else None,
+    }
 
 
 def cpu_name() -> str:
     """The CPU as /proc/cpuinfo names it, with its family and model: a cloud host's "AMD EPYC"
     alone hides a move from Zen 4 (family 25) to Zen 5 (26), whose matmul runs twice as fast."""
     try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
-                      if ":" in line)
+        fields = dict(
+            line.split(":", 1)
+            for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
+            if ":" in line
+        )
     except OSError:
         return platform.processor() or platform.machine()
     fields = {key.strip(): value.strip() for key, value in fields.items()}
@@ -334,19 +389,30 @@ def cpu_name() -> str:
 
 def machine_info(ceiling: dict) -> dict:
     model = cpu_name()
-    return {"cpu": model, "cores": os.cpu_count(), "gpus": ceiling.get("gpus", []),
-            "tensorflow": ceiling.get("tensorflow"), "keras": ceiling.get("keras"),
-            "python": platform.python_version(), "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
-            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "gpus": ceiling.get("gpus", []),
+        "tensorflow": ceiling.get("tensorflow"),
+        "keras": ceiling.get("keras"),
+        "python": platform.python_version(),
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def at_least(value: float, want: float, bound: float) -> dict:
     """A ">= want" target, next to what `step_only` (the same step, with no loop cost at
     all) reached in the same run: no loop over these kernels does better, so a target
     above it is out of reach here, whatever the loop."""
-    check = {"value": value, "target": f">= {want}", "met": value >= want, "bound": bound,
-             "reachable": value >= want or bound >= want}
+    check = {
+        "value": value,
+        "target": f">= {want}",
+        "met": value >= want,
+        "bound": bound,
+        "reachable": value >= want or bound >= want,
+    }
     if bound < value < want:  # not "out of reach" when the loop itself came nearer than step_only
         check.update(reachable=None, note="step_only ran slower than distcore's loop here (other load): no bound")
     return check
@@ -362,72 +428,112 @@ def check_targets(report: dict) -> dict:
         if quick:  # a ceiling of 2 brief matmuls (52 GFLOP/s against 219) would "meet" 85% at 1 replica
             checks[f"ceiling_share@{r}"].update(met=None, note="not judged: --quick measures the ceiling too briefly")
         for other in ("tutorial", "keras_fit"):
-            checks[f"vs_{other}@{r}"] = at_least(row[f"vs_{other}"], TARGETS[f"vs_{other}"],
-                                                 row[f"step_only_vs_{other}"])
+            checks[f"vs_{other}@{r}"] = at_least(
+                row[f"vs_{other}"], TARGETS[f"vs_{other}"], row[f"step_only_vs_{other}"]
+            )
     for key in ("peak_memory_gib", "first_step_seconds", "split_plan_seconds"):
         checks[key] = {"value": report[key], "target": f"< {TARGETS[key]}", "met": report[key] < TARGETS[key]}
+    if "sysmetrics" in report:  # (reports of older versions have none)
+        share = report["sysmetrics"]["share_of_one_core"]
+        checks["sysmetrics_share"] = {
+            "value": share,
+            "target": f"< {TARGETS['sysmetrics_share']}",
+            "met": share < TARGETS["sysmetrics_share"],
+        }
     return checks
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{report['machine']['cpu']}, {report['machine']['cores']} cores, TensorFlow "
-             f"{report['machine']['tensorflow']}; {report['settings']['steps']} steps x "
-             f"{report['settings']['repeats']} interleaved repeats, per-replica batch {PER_REPLICA_BATCH}",
-             "",
-             f"{'replicas':>8} {'distcore':>9} {'tutorial':>9} {'keras_fit':>9} {'step_only':>9} "
-             f"{'vs_tut':>7} {'vs_fit':>7} {'ceiling%':>8}"]
+    lines = [
+        f"{report['machine']['cpu']}, {report['machine']['cores']} cores, TensorFlow "
+        f"{report['machine']['tensorflow']}; {report['settings']['steps']} steps x "
+        f"{report['settings']['repeats']} interleaved repeats, per-replica batch {PER_REPLICA_BATCH}",
+        "",
+        f"{'replicas':>8} {'distcore':>9} {'tutorial':>9} {'keras_fit':>9} {'step_only':>9} "
+        f"{'vs_tut':>7} {'vs_fit':>7} {'ceiling%':>8}",
+    ]
     for row in report["results"]:
-        lines.append(f"{row['replicas']:>8} {row['distcore']:>9.0f} {row['tutorial']:>9.0f} "
-                     f"{row['keras_fit']:>9.0f} {row['step_only']:>9.0f} {row['vs_tutorial']:>6.2f}x "
-                     f"{row['vs_keras_fit']:>6.2f}x {100 * row['ceiling_share']:>7.1f}%")
-    lines += ["(examples/s, medians; ratios are medians of pair-by-pair ratios)",
-              "a loop with no overhead (step_only) against the others: " + "; ".join(
-                  f"{row['replicas']}: {row['step_only_vs_tutorial']:.2f}x tutorial, "
-                  f"{row['step_only_vs_keras_fit']:.2f}x keras_fit" for row in report["results"]),
-              "intra-op threads per process: " + "; ".join(
-                  f"{r}: " + ", ".join(f"{name} {info['intra_op_threads']}" for name, info in run["contenders"].items())
-                  for r, run in report["runs"].items()),
-              "optimizers and Conv2D layers: " + ", ".join(f"{name} {info['optimizer']} + {info['conv2d']}'s"
-                                         for name, info in next(iter(report["runs"].values()))["contenders"].items()), "",
-              "CPU time per example (us, all threads; less disturbed by other load than wall time):"]
+        lines.append(
+            f"{row['replicas']:>8} {row['distcore']:>9.0f} {row['tutorial']:>9.0f} "
+            f"{row['keras_fit']:>9.0f} {row['step_only']:>9.0f} {row['vs_tutorial']:>6.2f}x "
+            f"{row['vs_keras_fit']:>6.2f}x {100 * row['ceiling_share']:>7.1f}%"
+        )
+    lines += [
+        "(examples/s, medians; ratios are medians of pair-by-pair ratios)",
+        "a loop with no overhead (step_only) against the others: "
+        + "; ".join(
+            f"{row['replicas']}: {row['step_only_vs_tutorial']:.2f}x tutorial, "
+            f"{row['step_only_vs_keras_fit']:.2f}x keras_fit"
+            for row in report["results"]
+        ),
+        "intra-op threads per process: "
+        + "; ".join(
+            f"{r}: " + ", ".join(f"{name} {info['intra_op_threads']}" for name, info in run["contenders"].items())
+            for r, run in report["runs"].items()
+        ),
+        "optimizers and Conv2D layers: "
+        + ", ".join(
+            f"{name} {info['optimizer']} + {info['conv2d']}'s"
+            for name, info in next(iter(report["runs"].values()))["contenders"].items()
+        ),
+        "",
+        "CPU time per example (us, all threads; less disturbed by other load than wall time):",
+    ]
     for row in report["results"]:
         cpu = row["cpu_us_per_example"]
-        lines.append(f"{row['replicas']:>8} " + " ".join(f"{name} {cpu[name]:.0f}" for name in MEASURED)
-                     + f"  -> tutorial/distcore {row['vs_tutorial_cpu']:.2f}x, keras_fit/distcore "
-                     f"{row['vs_keras_fit_cpu']:.2f}x")
+        lines.append(
+            f"{row['replicas']:>8} "
+            + " ".join(f"{name} {cpu[name]:.0f}" for name in MEASURED)
+            + f"  -> tutorial/distcore {row['vs_tutorial_cpu']:.2f}x, keras_fit/distcore "
+            f"{row['vs_keras_fit_cpu']:.2f}x"
+        )
     c = report["ceiling_detail"]
-    lines += ["",
-              f"ceiling: {c['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s ({c['matmul_size']}x{c['matmul_size']} "
-              f"float32 matmul, best of {len(c['matmul_samples'])}) / {c['flops_per_example'] / 1e6:.2f} MFLOP per example = "
-              f"{report['ceiling']:.0f} examples/s",
-              "the model's Conv2D/Dense layers alone, forward + backward at batch 64: " + ", ".join(
-                  f"{x['layer']} {x['ms']:.2f} ms ({x['gflops_per_sec']:.0f} GFLOP/s)" for x in c["layer_profile"]["layers"])
-              + f" -> at most {c['layer_profile']['kernels_examples_per_sec']:.0f} examples/s on one replica",
-              "a step, in one process (ms a global step, fastest of the untraced rounds; then from the fastest "
-              "tf.profiler trace: the compute threads' busy ms a step in all, the convolutions' share of that):",
-              *(f"{p['replicas']:>8} " + "; ".join(
-                  f"{name} {p[name]['step_ms']} ms (traced {p[name]['traced_step_ms']}), busy "
-                  f"{p[name]['busy_thread_ms_per_step']} ms, {100 * (p[name]['conv_share_of_busy'] or 0):.0f}% conv"
-                  for name in ("step_only", "distcore"))
-                + f"  -> distcore's step {p['distcore_step_vs_step_only']:.2f}x step_only's"
-                for p in report["step_profiles"]),
-              f"train process ({report['train_process']['replicas']} replicas, "
-              f"{report['train_process']['steps']} steps): peak RSS {report['peak_memory_gib']:.2f} GiB, "
-              f"first step record {report['first_step_seconds']:.2f} s after launch (start event at "
-              f"{report['train_process']['start_event_seconds']} s)",
-              f"split plan (512 examples, G=8, 8 replicas, 64 steps): {report['split_plan_seconds']:.3f} s "
-              f"(a second plan in the same process: {report['split']['second_plan_seconds']:.3f} s; "
-              f"building its 8-device strategy: {report['split']['make_strategy_seconds']:.3f} s, a plan on a "
-              f"ready strategy: {report['split']['plan_with_given_strategy_seconds']:.3f} s; dropping the used "
-              f"iterator after the answer: {report['split']['teardown_after_answer_seconds']} s)",
-              f"load average at start/end: {report['machine']['load_average_at_start']} / "
-              f"{report['machine']['load_average_at_end']}", "",
-              "targets (next to each speed target, what step_only reached in this run: the same step with",
-              "no loop cost, so no loop over these kernels does better):"]
+    lines += [
+        "",
+        f"ceiling: {c['matmul_flops_per_sec'] / 1e9:.1f} GFLOP/s ({c['matmul_size']}x{c['matmul_size']} "
+        f"float32 matmul, best of {len(c['matmul_samples'])}) / {c['flops_per_example'] / 1e6:.2f} MFLOP per example = "
+        f"{report['ceiling']:.0f} examples/s",
+        "the model's Conv2D/Dense layers alone, forward + backward at batch 64: "
+        + ", ".join(
+            f"{x['layer']} {x['ms']:.2f} ms ({x['gflops_per_sec']:.0f} GFLOP/s)" for x in c["layer_profile"]["layers"]
+        )
+        + f" -> at most {c['layer_profile']['kernels_examples_per_sec']:.0f} examples/s on one replica",
+        "a step, in one process (ms a global step, fastest of the untraced rounds; then from the fastest "
+        "tf.profiler trace: the compute threads' busy ms a step in all, the convolutions' share of that):",
+        *(
+            f"{p['replicas']:>8} "
+            + "; ".join(
+                f"{name} {p[name]['step_ms']} ms (traced {p[name]['traced_step_ms']}), busy "
+                f"{p[name]['busy_thread_ms_per_step']} ms, {100 * (p[name]['conv_share_of_busy'] or 0):.0f}% conv"
+                for name in ("step_only", "distcore")
+            )
+            + f"  -> distcore's step {p['distcore_step_vs_step_only']:.2f}x step_only's"
+            for p in report["step_profiles"]
+        ),
+        "where distcore's step time beyond step_only's goes (ms a global step, same process, fastest "
+        "rounds; the distributed iterator fed one cached batch, the data pipeline's fresh batches on top):",
+        *(format_overhead(item, item["replicas"]) for item in report["overhead"]),
+        f"train process ({report['train_process']['replicas']} replicas, "
+        f"{report['train_process']['steps']} steps): peak RSS {report['peak_memory_gib']:.2f} GiB, "
+        f"first step record {report['first_step_seconds']:.2f} s after launch (start event at "
+        f"{report['train_process']['start_event_seconds']} s)",
+        f"split plan (512 examples, G=8, 8 replicas, 64 steps): {report['split_plan_seconds']:.3f} s "
+        f"(a second plan in the same process: {report['split']['second_plan_seconds']:.3f} s; "
+        f"building its 8-device strategy: {report['split']['make_strategy_seconds']:.3f} s, a plan on a "
+        f"ready strategy: {report['split']['plan_with_given_strategy_seconds']:.3f} s; dropping the used "
+        f"iterator after the answer: {report['split']['teardown_after_answer_seconds']} s)",
+        f"load average at start/end: {report['machine']['load_average_at_start']} / "
+        f"{report['machine']['load_average_at_end']}",
+        "",
+        "targets (next to each speed target, what step_only reached in this run: the same step with",
+        "no loop cost, so no loop over these kernels does better):",
+    ]
     for name, check in report["targets"].items():
         limit = ""
         if "bound" in check:
-            limit = f"; step_only {check['bound']}" + ("" if check["reachable"] is not False else ": out of reach for any loop")
+            limit = f"; step_only {check['bound']}" + (
+                "" if check["reachable"] is not False else ": out of reach for any loop"
+            )
         verdict = "n/a " if check["met"] is None else "met " if check["met"] else "MISS"
         note = f"; {check['note']}" if check.get("note") else ""
         lines.append(f"  {verdict}  {name}: {check['value']} (target {check['target']}{limit}{note})")
@@ -436,14 +542,19 @@ def format_report(report: dict) -> str:
 
 def main(args) -> int:
     """The `bench` subcommand (cli.py hands over its parsed args)."""
-    from .config import DistcoreError, MAX_LOGICAL_CPUS, check_int
+    from .config import MAX_LOGICAL_CPUS, DistcoreError, check_int
 
     try:
-        replicas = [check_int("replicas", r, high=MAX_LOGICAL_CPUS)
-                    for r in str(args.replicas or "1,2,4").split(",") if r.strip()]
+        replicas = [
+            check_int("replicas", r, high=MAX_LOGICAL_CPUS)
+            for r in str(args.replicas or "1,2,4").split(",")
+            if r.strip()
+        ]
     except DistcoreError:
-        raise DistcoreError(f"--replicas ({args.replicas!r}) must be a comma-separated list of counts from 1 to "
-                            f"{MAX_LOGICAL_CPUS} (the logical CPU devices a process can have), e.g. 1,2,4.") from None
+        raise DistcoreError(
+            f"--replicas ({args.replicas!r}) must be a comma-separated list of counts from 1 to "
+            f"{MAX_LOGICAL_CPUS} (the logical CPU devices a process can have), e.g. 1,2,4."
+        ) from None
     if not replicas:
         raise DistcoreError("--replicas is empty: give counts such as 1,2,4.")
     if len(set(replicas)) < len(replicas):  # 1,1 would measure the same set twice, as two rows
@@ -454,8 +565,9 @@ def main(args) -> int:
     memory_steps = check_int("memory steps", args.memory_steps if args.memory_steps is not None else 200, high=100_000)
     log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     with stops_as_ctrl_c():
-        report = run(replicas, steps, repeats, warmup, memory_steps, quick=args.quick,
-                     same_threads=args.same_threads, log=log)
+        report = run(
+            replicas, steps, repeats, warmup, memory_steps, quick=args.quick, same_threads=args.same_threads, log=log
+        )
     print(json.dumps(report) if args.json else format_report(report), flush=True)
     return 0
 
@@ -480,11 +592,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", help=f"interleaved repeats per contender (default {DEFAULT_REPEATS})")
     parser.add_argument("--warmup", help=f"untimed steps before each measurement (default {DEFAULT_WARMUP})")
     parser.add_argument("--memory-steps", help="steps of the train process measured for memory (default 200)")
-    parser.add_argument("--quick", action="store_true",
-                        help="shorter ceiling, layer and profile measurements, whose ceiling shares are not "
-                             "judged (a smoke run, not a benchmark)")
-    parser.add_argument("--same-threads", action="store_true",
-                        help="run the tutorial and Keras fit with distcore's thread setting too (the loops alone)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="shorter ceiling, layer and profile measurements, whose ceiling shares are not "
+        "judged (a smoke run, not a benchmark)",
+    )
+    parser.add_argument(
+        "--same-threads",
+        action="store_true",
+        help="run the tutorial and Keras fit with distcore's thread setting too (the loops alone)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -492,8 +610,10 @@ def add_arguments(parser) -> None:
 # Workers (TensorFlow; one process each)
 # ----------------------------------------------------------------------------------------
 
-def worker_ceiling(size: int = 2048, repeats: int = 5, seconds: float = 1.0, quick: bool = False,
-                   profile: bool = True) -> dict:
+
+def worker_ceiling(
+    size: int = 2048, repeats: int = 5, seconds: float = 1.0, quick: bool = False, profile: bool = True
+) -> dict:
     """float32 matmul FLOP/s with TensorFlow's default threading (all cores)."""
     import keras
     import tensorflow as tf
@@ -512,7 +632,7 @@ def worker_ceiling(size: int = 2048, repeats: int = 5, seconds: float = 1.0, qui
 
     if quick:
         repeats, seconds = 2, 0.2
-    flop = 2 * size ** 3
+    flop = 2 * size**3
     chain(a, b, tf.constant(1)).numpy()
     t = time.perf_counter()
     chain(a, b, tf.constant(2)).numpy()
@@ -522,14 +642,18 @@ def worker_ceiling(size: int = 2048, repeats: int = 5, seconds: float = 1.0, qui
         t = time.perf_counter()
         chain(a, b, tf.constant(n)).numpy()
         rates.append(flop * n / (time.perf_counter() - t))
-    return {"matmul_size": size, "matmul_flops_per_sec": max(rates),  # the machine's best: a ceiling
-            "matmul_samples": [round(r / 1e9, 2) for r in rates],
-            "flops_per_example": flops_per_example(create_model("cnn")),
-            "tensorflow": tf.__version__, "keras": keras.__version__,
-            "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
-            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
-            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-            "layer_profile": None if not profile else layer_profile(repeats=1, calls=5) if quick else layer_profile()}
+    return {
+        "matmul_size": size,
+        "matmul_flops_per_sec": max(rates),  # the machine's best: a ceiling
+        "matmul_samples": [round(r / 1e9, 2) for r in rates],
+        "flops_per_example": flops_per_example(create_model("cnn")),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "layer_profile": None if not profile else layer_profile(repeats=1, calls=5) if quick else layer_profile(),
+    }
 
 
 def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int = 50) -> dict:
@@ -572,8 +696,14 @@ def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int =
                 steps(x, tf.constant(calls)).numpy()
                 times.append((time.perf_counter() - t) / calls)
             seconds = min(times)  # the kernel's speed, least disturbed by other load
-            layers.append({"layer": layer.name, "input": list(x.shape[1:]), "ms": round(1e3 * seconds, 3),
-                           "gflops_per_sec": round(flops / seconds / 1e9, 1)})
+            layers.append(
+                {
+                    "layer": layer.name,
+                    "input": list(x.shape[1:]),
+                    "ms": round(1e3 * seconds, 3),
+                    "gflops_per_sec": round(flops / seconds / 1e9, 1),
+                }
+            )
         h = layer(h)
     total = sum(item["ms"] for item in layers) / 1e3
     return {"batch": batch, "layers": layers, "kernels_examples_per_sec": round(batch / total, 1)}
@@ -581,40 +711,122 @@ def layer_profile(batch: int = PER_REPLICA_BATCH, repeats: int = 3, calls: int =
 
 def worker_profile(replicas: int, steps: int = 40, traces: int = 3, rounds: int = 6) -> dict:
     """What a step costs, for `step_only` and for distcore's own loop (StepRunner fed by
-    inputs.distribute) on the same devices, in one process.
+    inputs.distribute) on the same devices, in one process, and where distcore's extra time goes.
 
     Step times come from `rounds` rounds of `steps` timed steps (after a short warm-up),
-    the two taking turns; the fastest of each is kept: like the ceiling (the best matmul
+    the contenders taking turns; the fastest of each is kept: like the ceiling (the best matmul
     seen), it is the one least slowed by other load on the machine. Their ratio is what
     the loop and its input cost. The rounds run with no profiler, as the bench's rounds
     do; the traces' own step times are reported beside them.
+
+    Beside the two, each round times distcore's loop fed one cached global batch through the
+    same distributed iterator (`one_batch`) and the distributed input consumed alone, with no
+    training (`input_alone`): `overhead_breakdown` splits distcore's extra time by them.
 
     `traces` tf.profiler traces of `steps` steps each (around the timed steps only, so a
     fresh iterator's shuffle-buffer fill and its teardown stay outside) give the compute
     threads' busy time per step and the convolution kernels' part of it; the fastest
     trace of each is kept.
     """
-    from . import data as data_lib
-    from . import devices
+    from . import data as data_lib, devices
 
     strategy = devices.make_strategy(devices.resolve(replicas=replicas))
     data = data_lib.load()
-    contenders = {"step_only": StepOnly(strategy, data), "distcore": Distcore(strategy, data)}
-    step_times = {name: [] for name in contenders}
+    loop = Distcore(strategy, data)
+    contenders = {
+        "step_only": StepOnly(strategy, data),
+        "distcore": loop,
+        "one_batch": Distcore(strategy, data, one_batch=True, runner=(loop.config, loop.runner)),
+    }
+    timings = {name: [] for name in contenders}
+    alone = []
     for contender in contenders.values():
         contender.measure(10, 2)  # tf.function tracing and graph building, before anything is timed
+    contenders["distcore"].input_alone(10)
     for _ in range(rounds):
         for name, contender in contenders.items():
-            step_times[name].append(step_seconds(contender, steps))
+            contender.measure(steps, 2)
+            timings[name].append(contender.timing)
+        alone.append(contenders["distcore"].input_alone(steps))
+    fastest = {name: min(times, key=lambda t: t["wall_ms"]) for name, times in timings.items()}
     out = {"replicas": replicas, "steps": steps, "rounds": rounds, "traces": traces}
-    for name, contender in contenders.items():
-        traced_step, busy, conv = min(profile_trace(contender, steps) for _ in range(traces))
-        out[name] = {"step_ms": round(1e3 * min(step_times[name]), 2), "traced_step_ms": round(1e3 * traced_step, 2),
-                     "busy_thread_ms_per_step": round(1e3 * busy / steps, 2),
-                     "conv_ms_per_step": round(1e3 * conv / steps, 2),
-                     "conv_share_of_busy": round(conv / busy, 3) if busy else None}
-    out["distcore_step_vs_step_only"] = round(min(step_times["distcore"]) / min(step_times["step_only"]), 3)
+    for name, timing in fastest.items():
+        out[name] = {"step_ms": timing["wall_ms"], "python_ms": timing["python_ms"], "cpu_ms": timing["cpu_ms"]}
+    for name in ("step_only", "distcore"):
+        traced_step, busy, conv = min(profile_trace(contenders[name], steps) for _ in range(traces))
+        out[name].update(
+            {
+                "traced_step_ms": round(1e3 * traced_step, 2),
+                "busy_thread_ms_per_step": round(1e3 * busy / steps, 2),
+                "conv_ms_per_step": round(1e3 * conv / steps, 2),
+                "conv_share_of_busy": round(conv / busy, 3) if busy else None,
+            }
+        )
+    out["input_alone"] = min(alone, key=lambda t: t["wall_ms"])
+    out["distcore_step_vs_step_only"] = round(out["distcore"]["step_ms"] / out["step_only"]["step_ms"], 3)
+    out["overhead"] = overhead_breakdown(out)
     return out
+
+
+def overhead_breakdown(profile: dict) -> dict:
+    """Where distcore's step time beyond `step_only`'s goes, in ms a global step, from one
+    process's fastest rounds (`worker_profile`). The parts add up to the overhead:
+
+    - python_between_calls: the Python around each chunk of steps, beyond step_only's own;
+    - distributed_iterator: taking batches through tf.distribute's iterator and the loop's
+      get_next_as_optional, fed one cached batch (`one_batch`), against step_only's batch that
+      sits on the devices;
+    - data_pipeline: making fresh batches (shuffle, batch, normalise) on top of that, as the
+      cores that run the step share that work.
+
+    `input_alone` (the input consumed with no training) says which kind of cost the input is:
+    when it alone takes less than a step_only step, it keeps up, and what it costs is the CPU it
+    takes from the step (`extra_cpu_ms`: distcore's CPU a step beyond step_only's); when it takes
+    longer, the step waits for it.
+    """
+    base, loop, fed = profile["step_only"], profile["distcore"], profile["one_batch"]
+    inside = {name: t["step_ms"] - t["python_ms"] for name, t in (("base", base), ("loop", loop), ("fed", fed))}
+    parts = {
+        "python_between_calls_ms": loop["python_ms"] - base["python_ms"],
+        "distributed_iterator_ms": inside["fed"] - inside["base"],
+        "data_pipeline_ms": inside["loop"] - inside["fed"],
+    }
+    overhead = loop["step_ms"] - base["step_ms"]
+    alone = profile["input_alone"]
+    # No part costs less than nothing: one below 0 by more than 2% of a step_only step means other
+    # load slowed the rounds it was taken from, and the split says little.
+    disturbed = min(overhead, *parts.values()) < -0.02 * base["step_ms"]
+    return {
+        "step_only_ms": base["step_ms"],
+        "distcore_ms": loop["step_ms"],
+        "overhead_ms": round(overhead, 3),
+        "overhead_share": round(overhead / loop["step_ms"], 3) if loop["step_ms"] else None,
+        **{key: round(value, 3) for key, value in parts.items()},
+        "largest": max(parts, key=parts.get).removesuffix("_ms"),
+        "extra_cpu_ms": round(loop["cpu_ms"] - base["cpu_ms"], 3),
+        "input_alone_ms": alone["wall_ms"],
+        "input_alone_cpu_ms": alone["cpu_ms"],
+        "input_keeps_up": alone["wall_ms"] < base["step_ms"],
+        "disturbed": disturbed,
+    }
+
+
+def format_overhead(item: dict, replicas: int) -> str:
+    """One line of the report: a replica count's overhead over step_only and its parts."""
+    how = (
+        "it keeps up, so it costs the CPU it takes from the step"
+        if item["input_keeps_up"]
+        else "slower than the step: the step waits for it"
+    )
+    return (
+        f"{replicas:>8} distcore {item['distcore_ms']:.2f} ms = step_only {item['step_only_ms']:.2f} "
+        f"+ {item['overhead_ms']:.2f} ({100 * (item['overhead_share'] or 0):.0f}% of distcore's step): "
+        f"distributed iterator {item['distributed_iterator_ms']:.2f}, data pipeline "
+        f"{item['data_pipeline_ms']:.2f}, Python between calls {item['python_between_calls_ms']:.2f}; "
+        f"CPU {item['extra_cpu_ms']:+.2f} ms a step; the input alone {item['input_alone_ms']:.2f} ms a step "
+        f"(CPU {item['input_alone_cpu_ms']:.2f}): {how}"
+        + ("; DISTURBED: a part below 0, other load slowed these rounds" if item["disturbed"] else "")
+    )
 
 
 def step_seconds(contender, steps: int, warmup: int = 2, timed=contextlib.nullcontext) -> float:
@@ -678,10 +890,15 @@ def worker_split() -> dict:
     strategy = devices.make_strategy(names)
     make_strategy = time.perf_counter() - t
     _, given, given_teardown = timed_plan(config, strategy)
-    return {"steps": len(plan["steps"]), "replicas": 8, "first_plan_seconds": round(first, 3),
-            "second_plan_seconds": round(second, 3), "make_strategy_seconds": round(make_strategy, 3),
-            "plan_with_given_strategy_seconds": round(given, 3),
-            "teardown_after_answer_seconds": [round(x, 3) for x in (first_teardown, second_teardown, given_teardown)]}
+    return {
+        "steps": len(plan["steps"]),
+        "replicas": 8,
+        "first_plan_seconds": round(first, 3),
+        "second_plan_seconds": round(second, 3),
+        "make_strategy_seconds": round(make_strategy, 3),
+        "plan_with_given_strategy_seconds": round(given, 3),
+        "teardown_after_answer_seconds": [round(x, 3) for x in (first_teardown, second_teardown, given_teardown)],
+    }
 
 
 def timed_plan(config, strategy=None) -> tuple[dict, float, float]:
@@ -702,8 +919,7 @@ def worker_serve(name: str, replicas: int, steps: int, warmup: int) -> None:
     `STEPS WARMUP`, answering with one JSON line; exit when stdin closes."""
     import tensorflow as tf
 
-    from . import data as data_lib
-    from . import devices
+    from . import data as data_lib, devices
 
     names = devices.resolve(replicas=replicas)  # GPUs when there are enough, else logical CPUs
     strategy = devices.make_strategy(names)
@@ -711,10 +927,13 @@ def worker_serve(name: str, replicas: int, steps: int, warmup: int) -> None:
     contender = kinds[name](strategy, data_lib.load())
     contender.measure(min(steps, 20), min(warmup, 5))  # trace and build outside the timed rounds
     threads = tf.config.threading.get_intra_op_parallelism_threads()
-    info = {"devices": list(names), "intra_op_threads": threads or "TensorFlow default",
-            "strategy": type(strategy.extended._cross_device_ops).__name__,
-            "optimizer": type(contender.optimizer).__name__,
-            "conv2d": type(contender.model.layers[0]).__module__.split(".")[0]}  # "keras" or "distcore"
+    info = {
+        "devices": list(names),
+        "intra_op_threads": threads or "TensorFlow default",
+        "strategy": type(strategy.extended._cross_device_ops).__name__,
+        "optimizer": type(contender.optimizer).__name__,
+        "conv2d": type(contender.model.layers[0]).__module__.split(".")[0],
+    }  # "keras" or "distcore"
     if name == "keras_fit":
         info["jit_compile"] = bool(contender.model.jit_compile)
     if name == "distcore":
@@ -737,6 +956,15 @@ class Clock:
         wall, cpu = time.perf_counter() - self.wall, _cpu_seconds() - self.cpu
         return examples / wall, 1e6 * cpu / max(examples, 1)
 
+    def per_step(self, steps: int, in_calls: float | None = None) -> dict:
+        """ms a step since start: wall, CPU (all threads) and, given the `in_calls` seconds spent
+        in the compiled calls (and their one sync each), the Python outside them."""
+        wall, cpu = time.perf_counter() - self.wall, _cpu_seconds() - self.cpu
+        out = {"wall_ms": round(1e3 * wall / steps, 3), "cpu_ms": round(1e3 * cpu / steps, 3)}
+        if in_calls is not None:
+            out["python_ms"] = round(1e3 * (wall - in_calls) / steps, 3)
+        return out
+
 
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -754,34 +982,53 @@ def step_runner(strategy):
 
 
 class Distcore:
-    """StepRunner + inputs.distribute, as controller.Controller.run_epoch uses them."""
+    """StepRunner + inputs.distribute, as controller.Controller.run_epoch uses them. With
+    `one_batch`, the same loop and distributed iterator fed one global batch of examples,
+    cached and repeated: the iterator's cost without the data pipeline's work. `runner`: another
+    Distcore's (config, StepRunner), whose traced step it shares."""
 
-    def __init__(self, strategy, data):
-        self.strategy, self.data = strategy, data
-        self.config, self.runner = step_runner(strategy)
+    def __init__(self, strategy, data, one_batch: bool = False, runner=None):
+        self.strategy, self.data, self.one_batch = strategy, data, one_batch
+        self.config, self.runner = runner or step_runner(strategy)
         self.model, self.optimizer = self.runner.model, self.runner.optimizer
         self.epoch = 0
+        self.timing = self.consume = None
 
-    def measure(self, steps: int, warmup: int, timed=contextlib.nullcontext) -> tuple[float, float]:
-        import tensorflow as tf
-
+    def dataset(self, steps: int):
+        """The next epoch's distributed dataset, repeated when `steps` outrun an epoch."""
         from . import inputs
         from .controller import train_examples
 
         self.epoch += 1
         make = train_examples(self.config, self.data, self.epoch, 0)
-        if steps + warmup > self.config.steps_per_epoch():
+        if self.one_batch:
+            make = (lambda m: lambda: m().take(self.config.global_batch).cache().repeat())(make)
+        elif steps > self.config.steps_per_epoch():
             make = (lambda m: lambda: m().repeat())(make)
-        dist = inputs.distribute(self.strategy, make, global_batch=self.config.global_batch, api=self.config.api,
-                                 policy=self.config.policy, drop_remainder=self.config.drop_remainder)
-        iterator = iter(dist)
+        return inputs.distribute(
+            self.strategy,
+            make,
+            global_batch=self.config.global_batch,
+            api=self.config.api,
+            policy=self.config.policy,
+            drop_remainder=self.config.drop_remainder,
+        )
+
+    def measure(self, steps: int, warmup: int, timed=contextlib.nullcontext) -> tuple[float, float]:
+        import tensorflow as tf
+
+        iterator = iter(self.dataset(steps + warmup))
+        in_calls = [0.0]
 
         def run_steps(n):
             done = examples = 0
             while done < n:
+                started = time.perf_counter()
                 losses, counts = self.runner.train_steps(
-                    iterator, tf.constant(min(self.config.steps_per_loop, n - done), tf.int32))
+                    iterator, tf.constant(min(self.config.steps_per_loop, n - done), tf.int32)
+                )
                 losses, counts = losses.numpy(), counts.numpy()  # the controller's one sync per chunk
+                in_calls[0] += time.perf_counter() - started
                 if len(counts) == 0:
                     raise RuntimeError("distcore ran out of data")
                 done += len(counts)
@@ -791,7 +1038,46 @@ class Distcore:
         run_steps(warmup)
         with timed():
             clock = Clock()
-            return clock.rate(run_steps(steps))
+            in_calls[0] = 0.0
+            examples = run_steps(steps)
+            self.timing = clock.per_step(steps, in_calls[0])
+            return clock.rate(examples)
+
+    def input_alone(self, steps: int, warmup: int = 2) -> dict:
+        """The same distributed input consumed by the same kind of loop with no training:
+        ms of wall and CPU time a global step."""
+        import tensorflow as tf
+
+        from .loop import SUM
+
+        if self.consume is None:
+            strategy = self.strategy
+
+            @tf.function
+            def consume(iterator, n):
+                count = tf.constant(0)
+                for _ in tf.range(n):
+                    optional = iterator.get_next_as_optional()
+                    if not optional.has_value():
+                        break
+                    _, labels = optional.get_value()
+                    count += strategy.reduce(SUM, strategy.run(lambda y: tf.shape(y)[0], args=(labels,)), axis=None)
+                return count
+
+            self.consume = consume
+        iterator = iter(self.dataset(steps + warmup))
+
+        def run_steps(n):
+            done = 0
+            while done < n:
+                k = min(self.config.steps_per_loop, n - done)
+                self.consume(iterator, tf.constant(k)).numpy()
+                done += k
+
+        run_steps(warmup)
+        clock = Clock()
+        run_steps(steps)
+        return clock.per_step(steps)
 
 
 class Tutorial:
@@ -846,8 +1132,9 @@ class Tutorial:
     def measure(self, steps: int, warmup: int) -> float:
         import tensorflow as tf
 
-        train_dataset = tf.data.Dataset.from_tensor_slices(
-            (self.train_images, self.train_labels)).shuffle(self.BUFFER_SIZE)
+        train_dataset = tf.data.Dataset.from_tensor_slices((self.train_images, self.train_labels)).shuffle(
+            self.BUFFER_SIZE
+        )
         if steps + warmup > len(self.train_labels) // self.GLOBAL_BATCH_SIZE:
             train_dataset = train_dataset.repeat()
         train_dataset = train_dataset.batch(self.GLOBAL_BATCH_SIZE)
@@ -882,9 +1169,11 @@ class KerasFit:
         keras.utils.set_random_seed(0)
         with strategy.scope():
             self.model = create_model("cnn", keras_conv=True)
-            self.model.compile(optimizer=keras.optimizers.Adam(),
-                               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                               metrics=[keras.metrics.SparseCategoricalAccuracy()])
+            self.model.compile(
+                optimizer=keras.optimizers.Adam(),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=[keras.metrics.SparseCategoricalAccuracy()],
+            )
         self.optimizer = self.model.optimizer
         self.epoch = 0
 
@@ -933,8 +1222,9 @@ class StepOnly:
         self.k = config.steps_per_loop
         n = PER_REPLICA_BATCH
         images, labels = inputs.normalize(data.train_images[:n], data.train_labels[:n])
-        self.batch = strategy.experimental_distribute_values_from_function(lambda ctx: (tf.identity(images),
-                                                                                       tf.identity(labels)))
+        self.batch = strategy.experimental_distribute_values_from_function(
+            lambda ctx: (tf.identity(images), tf.identity(labels))
+        )
 
         @tf.function
         def steps(batch, n):
@@ -949,23 +1239,29 @@ class StepOnly:
     def measure(self, steps: int, warmup: int, timed=contextlib.nullcontext) -> tuple[float, float]:
         import tensorflow as tf
 
+        in_calls = [0.0]
+
         def run_steps(n):
             done = 0
             while done < n:
                 k = min(self.k, n - done)
+                started = time.perf_counter()
                 self.steps(self.batch, tf.constant(k)).numpy()
+                in_calls[0] += time.perf_counter() - started
                 done += k
 
         run_steps(warmup)
         with timed():
             clock = Clock()
+            in_calls[0] = 0.0
             run_steps(steps)
+            self.timing = clock.per_step(steps, in_calls[0])
             return clock.rate(steps * PER_REPLICA_BATCH * self.strategy.num_replicas_in_sync)
 
 
 def worker_main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m distcore.bench")
-    parser.add_argument("--worker", required=True, choices=("ceiling", "split", "serve", "profile"))
+    parser.add_argument("--worker", required=True, choices=("ceiling", "split", "serve", "profile", "sysmetrics"))
     parser.add_argument("--contender", choices=MEASURED)
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
@@ -981,6 +1277,10 @@ def worker_main(argv=None) -> int:
         out = worker_split()
     elif args.worker == "profile":
         out = worker_profile(args.replicas, args.steps, traces=1 if args.quick else 3, rounds=1 if args.quick else 6)
+    elif args.worker == "sysmetrics":  # the system-metrics sampler's CPU per sample, TensorBoard scalars included
+        from .sysmetrics import measure_cost_with_tensorboard
+
+        out = measure_cost_with_tensorboard()
     else:
         out = worker_ceiling(quick=args.quick, profile=not args.no_profile)
     out["worker_peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)

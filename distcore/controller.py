@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from . import checkpoints, cluster, data as data_lib, devices, events, inputs, runs, stopping
+from . import checkpoints, cluster, data as data_lib, devices, events, inputs, runs, stopping, sysmetrics
 from .config import DistcoreError, TrainConfig, data_folder, without_node_names
 from .loop import SUM, StepRunner
 from .stopping import StopFlag
@@ -26,6 +26,7 @@ from .stopping import StopFlag
 
 def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
     """The epoch's shuffled examples, minus the batches a resumed run already trained on."""
+
     def make():
         files = inputs.train_records(data, config.train_examples) if config.policy == "file" else None
         with inputs.seeded(config.seed):  # a shuffle's order follows the global seed too
@@ -34,11 +35,13 @@ def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
             else:
                 n = config.train_examples
                 ds = inputs.in_memory(data.train_images[:n], data.train_labels[:n], seed=config.seed, epoch=epoch)
-        ds = inputs.whole_global_batches(ds, config.train_examples, config.global_batch, config.api,
-                                         config.drop_remainder)
+        ds = inputs.whole_global_batches(
+            ds, config.train_examples, config.global_batch, config.api, config.drop_remainder
+        )
         # Batches are contiguous slices of the shuffled order, so skipping k*G examples
         # before batching resumes exactly at global batch k.
         return ds.skip(skip_batches * config.global_batch) if skip_batches else ds
+
     return make
 
 
@@ -48,8 +51,9 @@ def test_dataset(strategy, config: TrainConfig, data):
     # Arrays in memory have no files: across workers FILE would be TensorFlow's error, and
     # AUTO would fall back to DATA.
     policy = "data" if config.policy == "file" else config.policy
-    return inputs.distribute(strategy, make, global_batch=config.global_batch, api="dataset",
-                             policy=policy, drop_remainder=False)
+    return inputs.distribute(
+        strategy, make, global_batch=config.global_batch, api="dataset", policy=policy, drop_remainder=False
+    )
 
 
 def worker_scratch() -> Path:
@@ -84,8 +88,9 @@ class Controller:
     outer loop (when to log, test, checkpoint and stop); one step is `loop.StepRunner`'s.
     """
 
-    def __init__(self, config: TrainConfig, run_dir, *, resume: bool = False, stop: StopFlag | None = None,
-                 on_record=None):
+    def __init__(
+        self, config: TrainConfig, run_dir, *, resume: bool = False, stop: StopFlag | None = None, on_record=None
+    ):
         """`config` is the run's configuration; for a resume, build it with `runs.resume_config`
         (also `controller.resume_config`) and pass `resume=True`. `stop`: a `StopFlag` whose
         `set()`, from any thread, stops `run()` at the end of its loop with a checkpoint.
@@ -99,7 +104,7 @@ class Controller:
         self.config, self.run_dir = config, runs.run_path(run_dir)
         self.stop = stop or StopFlag()
         self.on_record = on_record or (lambda record: None)
-        self.lock = self.write_dir = None
+        self.lock = self.write_dir = self.sampler = None
         self.task = cluster.Task(workers=1, index=0)
         self.wrote_config = self.ran = self.closed = False
         self.status_before = self.resumed_config = None
@@ -127,8 +132,11 @@ class Controller:
             return err
         if not resume and not runs.list_checkpoints(self.run_dir):  # nothing trained: the same call, fixed,
             (self.run_dir / "config.json").unlink(missing_ok=True)  # starts it (not "already holds a run")
-        state, message = (("stopped", stopping.BEFORE_TRAINING) if isinstance(err, KeyboardInterrupt)
-                          else ("failed", failure_message(err)))
+        state, message = (
+            ("stopped", stopping.BEFORE_TRAINING)
+            if isinstance(err, KeyboardInterrupt)
+            else ("failed", failure_message(err))
+        )
         stopping.mark_state(self.run_dir, os.getpid(), state, message, only_from="starting")
         return err
 
@@ -136,8 +144,10 @@ class Controller:
         """Everything up to the first step: the task, the data, the run directory, the strategy."""
         config = self.config
         if not tf.executing_eagerly():  # here, not at the first step, which would leave the run "starting"
-            raise DistcoreError("distcore needs TensorFlow's eager execution, which is on unless turned off "
-                                "(tf.compat.v1.disable_eager_execution()): train in a process that leaves it on.")
+            raise DistcoreError(
+                "distcore needs TensorFlow's eager execution, which is on unless turned off "
+                "(tf.compat.v1.disable_eager_execution()): train in a process that leaves it on."
+            )
         devices.check_thread_variables()
         if config.workers > 1:
             self.task = cluster.current_task()
@@ -161,15 +171,20 @@ class Controller:
         config = self.config
         self.data = data_lib.subset(data_lib.read_dir(folder), config.train_examples, config.test_examples)
         if config.workers > 1:
-            with self.stop.while_connecting(announce=self.waiting_message(), remind=self.still_waiting_message(),
-                                            put_back=self.status_before):
+            with self.stop.while_connecting(
+                announce=self.waiting_message(), remind=self.still_waiting_message(), put_back=self.status_before
+            ):
                 self.strategy = devices.make_multiworker_strategy()
             self.check_same_flags(resume)  # before any other collective: mismatched ones hang
         else:
             self.strategy = devices.make_strategy(config.devices)
         self.runner = StepRunner(self.strategy, config)
-        self.saver = checkpoints.Saver(self.runner.checkpoint(), self.write_dir / "checkpoints",
-                                       read_folder=self.run_dir / "checkpoints", keep=config.keep_checkpoints)
+        self.saver = checkpoints.Saver(
+            self.runner.checkpoint(),
+            self.write_dir / "checkpoints",
+            read_folder=self.run_dir / "checkpoints",
+            keep=config.keep_checkpoints,
+        )
         self.resume, self.resumed_from = resume, None
         if resume:
             self.resumed_from = self.restore(notes.append)
@@ -180,6 +195,8 @@ class Controller:
             self.log_event("fallback", message)
         self.writer = events.writer(self.write_dir / "logs")
         self.write_losses = events.series_writer(self.writer, "train/loss")
+        if self.sampler is not None:
+            self.sampler.attach(self.writer, lambda: int(self.runner.step.numpy()))
         self.test_data = test_dataset(self.strategy, config, self.data)
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
         self.first_chunk_done = False
@@ -196,16 +213,20 @@ class Controller:
     def waiting_message(self) -> str:
         """What a bare worker says while it waits for its peers (StopFlag.while_connecting)."""
         others = [a for i, a in enumerate(self.task.addresses) if i != self.task.index]
-        return (f"worker {self.task.index}: waiting for the other workers ({', '.join(others)}) to connect. "
-                "Ctrl-C stops every worker at step 0 once all have connected; a second Ctrl-C "
-                "(half a second later or more) leaves at once.")
+        return (
+            f"worker {self.task.index}: waiting for the other workers ({', '.join(others)}) to connect. "
+            "Ctrl-C stops every worker at step 0 once all have connected; a second Ctrl-C "
+            "(half a second later or more) leaves at once."
+        )
 
     def still_waiting_message(self) -> str:
         """What a bare worker says when its wait goes on (TensorFlow's has no end of its own)."""
-        return (f"worker {self.task.index}: still waiting for the other workers. Check that each is started, "
-                "that this host can reach it at that address, and that every worker was given the same list "
-                f"of workers in the same order ({', '.join(self.task.addresses)}): a worker given another list "
-                "waits for workers that never come.")
+        return (
+            f"worker {self.task.index}: still waiting for the other workers. Check that each is started, "
+            "that this host can reach it at that address, and that every worker was given the same list "
+            f"of workers in the same order ({', '.join(self.task.addresses)}): a worker given another list "
+            "waits for workers that never come."
+        )
 
     def check_same_flags(self, resume: bool) -> None:
         """Every worker must train the same run: compare what each was given, in one all-gather.
@@ -217,8 +238,12 @@ class Controller:
         """
         fields = cluster.agreement(self.config, resume)
         codes = tf.constant([[cluster.code(v) for v in fields.values()]], tf.int64)
-        gather = tf.function(lambda: self.strategy.run(  # (eagerly, TensorFlow warns of its overhead)
-            lambda: tf.distribute.get_replica_context().all_gather(codes, axis=0)), autograph=False)
+        gather = tf.function(
+            lambda: self.strategy.run(  # (eagerly, TensorFlow warns of its overhead)
+                lambda: tf.distribute.get_replica_context().all_gather(codes, axis=0)
+            ),
+            autograph=False,
+        )
         try:
             rows = self.strategy.experimental_local_results(gather())[0].numpy()
         except tf.errors.OpError as err:
@@ -228,8 +253,9 @@ class Controller:
             raise cluster.FlagsDiffer(f"worker {self.task.index}: {problem}")
 
     def cluster_failure(self, err: tf.errors.OpError) -> DistcoreError:
-        return DistcoreError(f"worker {self.task.index}: the cluster lost a peer or a collective failed "
-                             f"({failure_message(err)[:300]}).")
+        return DistcoreError(
+            f"worker {self.task.index}: the cluster lost a peer or a collective failed ({failure_message(err)[:300]})."
+        )
 
     def restore(self, on_fallback) -> str | None:
         """Restore the newest intact checkpoint and return its name; None for a run that
@@ -278,6 +304,8 @@ class Controller:
     def release(self) -> None:
         """Unlock the run, and remove a non-chief worker's scratch folder (a worker refused
         before training too)."""
+        if self.sampler is not None:
+            self.sampler.stop()
         if self.lock is not None:
             self.lock.release()
         if self.write_dir is not None and not self.task.is_chief:
@@ -290,8 +318,10 @@ class Controller:
             if self.config.workers == 1:
                 raise
             # Two chiefs of one run: two workers given index 0 are told so, not only "stop it".
-            raise DistcoreError(f"{err} If that is another worker of this cluster, two workers have the same task "
-                                f"index in TF_CONFIG: give each its own, 0 to {self.config.workers - 1}.") from None
+            raise DistcoreError(
+                f"{err} If that is another worker of this cluster, two workers have the same task "
+                f"index in TF_CONFIG: give each its own, 0 to {self.config.workers - 1}."
+            ) from None
 
     def prepare_dir(self, resume: bool) -> None:
         config_path = self.run_dir / "config.json"
@@ -306,10 +336,14 @@ class Controller:
         self.lock = self.lock_run()  # before the checks: two new runs passed them together
         self.check_dir(resume)
         try:
-            record = {**self.config.to_dict(), "tensorflow": tf.__version__, "keras": _keras_version(),
-                      "replicas": self.config.replicas,
-                      "physical_devices": [d.name for d in tf.config.list_physical_devices()],
-                      "intra_op_threads": devices.intra_op_setting()}  # 0: TensorFlow's default
+            record = {
+                **self.config.to_dict(),
+                "tensorflow": tf.__version__,
+                "keras": _keras_version(),
+                "replicas": self.config.replicas,
+                "physical_devices": [d.name for d in tf.config.list_physical_devices()],
+                "intra_op_threads": devices.intra_op_setting(),
+            }  # 0: TensorFlow's default
             if resume:
                 self.resumed_config = record  # written when training begins (put_back)
             else:
@@ -319,9 +353,17 @@ class Controller:
             # installed the signal handler first), so say the process is there.
             self.status_before = self.stop.status_before(self.run_dir) if resume else None  # for put_back()
             previous_step = (self.status_before or {}).get("step", 0)
-            runs.write_json_atomic(self.run_dir / "status.json", {
-                "state": "starting", "pid": os.getpid(), "step": previous_step,
-                "total_steps": self.config.total_steps(), "time": time.time()})
+            runs.write_json_atomic(
+                self.run_dir / "status.json",
+                {
+                    "state": "starting",
+                    "pid": os.getpid(),
+                    "step": previous_step,
+                    "total_steps": self.config.total_steps(),
+                    "time": time.time(),
+                },
+            )
+            self.sampler = sysmetrics.Sampler(self.run_dir).start()  # the chief's CPU and memory, until release()
         except OSError as err:
             raise runs.unwritable(self.run_dir, err) from None
 
@@ -358,8 +400,14 @@ class Controller:
         self.emit({"event": event, "step": int(self.runner.step.numpy()), "message": message, **extra})
 
     def set_status(self, state: str, **extra) -> None:
-        record = {"state": state, "pid": os.getpid(), "step": int(self.runner.step.numpy()),
-                  "total_steps": self.config.total_steps(), "time": time.time(), **extra}
+        record = {
+            "state": state,
+            "pid": os.getpid(),
+            "step": int(self.runner.step.numpy()),
+            "total_steps": self.config.total_steps(),
+            "time": time.time(),
+            **extra,
+        }
         runs.write_status(self.write_dir, record)
 
     # --- the loop -----------------------------------------------------------------------
@@ -370,9 +418,11 @@ class Controller:
         Returns {"state": "finished" or "stopped", "step": ..., "total_steps": ...}; a checkpoint is
         saved either way. Once: make a new Controller to train the run again."""
         if self.closed:  # without the run's lock it would train beside another process
-            raise DistcoreError(f"this Controller has let go of {self.run_dir} (it ran, or close() was called): "
-                                "to train the run, make a new one: Controller(resume_config(run_dir), run_dir, "
-                                "resume=True) to continue it, or Controller(config, run_dir) if it never trained.")
+            raise DistcoreError(
+                f"this Controller has let go of {self.run_dir} (it ran, or close() was called): "
+                "to train the run, make a new one: Controller(resume_config(run_dir), run_dir, "
+                "resume=True) to continue it, or Controller(config, run_dir) if it never trained."
+            )
         self.ran = True
         step = int(self.runner.step.numpy())
         total = self.config.total_steps()
@@ -395,11 +445,16 @@ class Controller:
             self.set_status(state)
             return {"state": state, "step": step, "total_steps": total}
         except BaseException as err:
-            state, message = ("stopped", self.interrupted_message()) if isinstance(err, KeyboardInterrupt) else (
-                "failed", failure_message(err))  # a second Ctrl-C is deliberate: "stopped", not "failed"
+            state, message = (
+                ("stopped", self.interrupted_message())
+                if isinstance(err, KeyboardInterrupt)
+                else ("failed", failure_message(err))
+            )  # a second Ctrl-C is deliberate: "stopped", not "failed"
             detail = {"detail": str(err)} if isinstance(err, tf.errors.OpError) else {}  # for the post-mortem
-            for record in (lambda: self.log_event(state, message),
-                           lambda: self.set_status(state, message=message, **detail)):
+            for record in (
+                lambda: self.log_event(state, message),
+                lambda: self.set_status(state, message=message, **detail),
+            ):
                 # Each where it can: a full metrics.jsonl, or an on_record that fails again on the
                 # "failed" record, must not leave status.json "running" (read as "died").
                 with contextlib.suppress(Exception):
@@ -408,6 +463,8 @@ class Controller:
                 raise self.cluster_failure(err) from None
             raise
         finally:
+            if self.sampler is not None:  # its last sample, before the writer closes
+                self.sampler.stop()
             self.metrics.close()
             with contextlib.suppress(tf.errors.OpError):  # its last flush fails again on a full disk
                 self.writer.close()
@@ -415,8 +472,10 @@ class Controller:
 
     def interrupted_message(self) -> str:
         saved = runs.list_checkpoints(self.write_dir)
-        return (f"interrupted at step {int(self.runner.step.numpy())} (a second Ctrl-C), with no checkpoint there: "
-                f"a resume continues from {saved[-1] if saved else 'step 0'}")
+        return (
+            f"interrupted at step {int(self.runner.step.numpy())} (a second Ctrl-C), with no checkpoint there: "
+            f"a resume continues from {saved[-1] if saved else 'step 0'}"
+        )
 
     def test_unlogged(self, step: int) -> None:
         """Test the checkpoint resumed from when the log has no record of it (its process was
@@ -427,16 +486,25 @@ class Controller:
         if not self.resumed_from or logged:
             return
         test_loss, test_accuracy = self.test_pass()
-        self.emit({"event": "checkpoint", "step": step, "checkpoint": self.resumed_from, "test_loss": test_loss,
-                   "test_accuracy": test_accuracy,
-                   "message": f"{self.resumed_from}, tested now: its process ended before it logged it"})
+        self.emit(
+            {
+                "event": "checkpoint",
+                "step": step,
+                "checkpoint": self.resumed_from,
+                "test_loss": test_loss,
+                "test_accuracy": test_accuracy,
+                "message": f"{self.resumed_from}, tested now: its process ended before it logged it",
+            }
+        )
 
     def start_event(self, step: int, total: int) -> tuple[str, str]:
         if self.resumed_from:
             return "resume", f"resumed from {self.resumed_from} at step {step} on {self.where()}"  # may differ
         if self.resume:
-            return "resume", (f"no checkpoint to resume from (the run stopped or failed before saving one): "
-                              f"training from step 0, {total} steps on {self.where()}")
+            return "resume", (
+                f"no checkpoint to resume from (the run stopped or failed before saving one): "
+                f"training from step 0, {total} steps on {self.where()}"
+            )
         return "start", f"training {total} steps on {self.where()}"
 
     def where(self) -> str:
@@ -445,8 +513,9 @@ class Controller:
 
     def finished(self) -> bool:
         max_steps = self.config.max_steps
-        return (int(self.runner.epoch.numpy()) >= self.config.epochs
-                or bool(max_steps and int(self.runner.step.numpy()) >= max_steps))
+        return int(self.runner.epoch.numpy()) >= self.config.epochs or bool(
+            max_steps and int(self.runner.step.numpy()) >= max_steps
+        )
 
     def run_epoch(self, total: int) -> None:
         """Train until the epoch's data runs out, the step limit, or a stop request."""
@@ -456,9 +525,14 @@ class Controller:
             self.end_epoch(epoch + 1, step)
             return
         examples = train_examples(self.config, self.data, epoch, int(self.runner.epoch_steps.numpy()))
-        dist = inputs.distribute(self.strategy, examples, global_batch=self.config.global_batch,
-                                 api=self.config.api, policy=self.config.policy,
-                                 drop_remainder=self.config.drop_remainder)
+        dist = inputs.distribute(
+            self.strategy,
+            examples,
+            global_batch=self.config.global_batch,
+            api=self.config.api,
+            policy=self.config.policy,
+            drop_remainder=self.config.drop_remainder,
+        )
         pipeline = [dist, iter(dist)]
         del dist  # the list holds the only references, so drop_later frees them off this thread
         try:
@@ -485,8 +559,12 @@ class Controller:
                 # An untimed chunk shows the last timed one's speed, else none (after a resume a
                 # traced chunk would claim minutes for seconds).
                 speed, step_seconds = self.last_timing or (None, None)
-                self.set_status("running", epoch=epoch + 1, examples_per_sec=speed,
-                                eta_seconds=self.eta(step, total, step_seconds) if step_seconds else None)
+                self.set_status(
+                    "running",
+                    epoch=epoch + 1,
+                    examples_per_sec=speed,
+                    eta_seconds=self.eta(step, total, step_seconds) if step_seconds else None,
+                )
             timed = True
             # Closed before any checkpoint of this step is saved: a checkpoint of the epoch's
             # last step must hold the closed epoch, or a resume from it retrains nothing.
@@ -518,18 +596,27 @@ class Controller:
         TensorBoard alike)."""
         speed = {} if elapsed is None else {"examples_per_sec": round(float(counts.sum() / elapsed), 1)}
         for i, (loss, count) in enumerate(zip(losses, counts)):
-            self.emit({"step": first_step + i + 1, "epoch": epoch, "loss": float(loss), "examples": int(count), **speed})
+            self.emit(
+                {"step": first_step + i + 1, "epoch": epoch, "loss": float(loss), "examples": int(count), **speed}
+            )
         with events.summaries(self.writer, self.write_dir / "logs"):
-            self.write_losses(tf.range(first_step + 1, first_step + 1 + len(losses), dtype=tf.int64),
-                              tf.constant(losses, tf.float32))
+            self.write_losses(
+                tf.range(first_step + 1, first_step + 1 + len(losses), dtype=tf.int64), tf.constant(losses, tf.float32)
+            )
             if speed:
                 tf.summary.scalar("train/examples_per_sec", speed["examples_per_sec"], step=first_step + len(losses))
 
     def end_epoch(self, epoch: int, step: int) -> None:
         train_loss, train_accuracy = self.runner.end_epoch()
         test_loss, test_accuracy = self.test_pass()
-        record = {"epoch": epoch, "step": step, "train_loss": train_loss, "train_accuracy": train_accuracy,
-                  "test_loss": test_loss, "test_accuracy": test_accuracy}
+        record = {
+            "epoch": epoch,
+            "step": step,
+            "train_loss": train_loss,
+            "train_accuracy": train_accuracy,
+            "test_loss": test_loss,
+            "test_accuracy": test_accuracy,
+        }
         self.emit(record)
         with events.summaries(self.writer, self.write_dir / "logs"):
             for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
@@ -557,8 +644,15 @@ class Controller:
             return
         test_loss, test_accuracy = tested or self.test_pass()
         name = self.saver.save(step)
-        self.emit({"event": "checkpoint", "step": step, "checkpoint": name,
-                   "test_loss": test_loss, "test_accuracy": test_accuracy})
+        self.emit(
+            {
+                "event": "checkpoint",
+                "step": step,
+                "checkpoint": name,
+                "test_loss": test_loss,
+                "test_accuracy": test_accuracy,
+            }
+        )
 
 
 TEST_EXAMPLE_COST = 0.5  # of a training example's time (measured 0.4-0.6 at 1 and 4 replicas)
@@ -567,8 +661,10 @@ TEST_EXAMPLE_COST = 0.5  # of a training example's time (measured 0.4-0.6 at 1 a
 def check_arguments(config, stop, on_record) -> None:
     """Wrong types are refused with what is allowed, not as AttributeErrors deep inside."""
     if not isinstance(config, TrainConfig):
-        raise DistcoreError(f"config must be a TrainConfig, not {type(config).__name__}: build one with "
-                            "TrainConfig(...), TrainConfig.from_dict(d) from a dict, or resume_config(run_dir).")
+        raise DistcoreError(
+            f"config must be a TrainConfig, not {type(config).__name__}: build one with "
+            "TrainConfig(...), TrainConfig.from_dict(d) from a dict, or resume_config(run_dir)."
+        )
     if stop is not None and not isinstance(stop, StopFlag):
         raise DistcoreError(f"stop must be a StopFlag (from distcore.stopping import StopFlag), not {stop!r}.")
     if on_record is not None and not callable(on_record):
@@ -587,6 +683,7 @@ def guess_test_seconds(config: TrainConfig, step_seconds: float) -> float:
 def remaining_test_passes(config: TrainConfig, step: int, total: int) -> int:
     """Test passes still to come after `step`: one at each checkpoint (every checkpoint_every
     steps), each epoch end and the last step, the steps where two meet counted once."""
+
     def multiples(n: int) -> int:  # of n in (step, total]
         return total // n - step // n
 
@@ -602,8 +699,11 @@ def failure_message(err: BaseException) -> str:
     if isinstance(err, DistcoreError):
         return str(err)
     lines = [without_node_names(line).strip() for line in str(err).splitlines()]  # the detail keeps node names
-    reasons = [line for line in lines if line and line != "Graph execution error:"
-               and not line.startswith(("Detected at node", 'File "'))]
+    reasons = [
+        line
+        for line in lines
+        if line and line != "Graph execution error:" and not line.startswith(("Detected at node", 'File "'))
+    ]
     return f"{type(err).__name__}: {(reasons or [''])[0]}".rstrip(": ")
 
 

@@ -68,8 +68,10 @@ def check_thread_variables() -> None:
     for name in THREAD_VARIABLES:
         value = (settings.get(name) or "").strip()
         if value and not value.isdigit():
-            raise DistcoreError(f"{name}={os.environ[name]!r} is not a number of threads: give a whole number "
-                                "(0: TensorFlow's default), or unset it.")
+            raise DistcoreError(
+                f"{name}={os.environ[name]!r} is not a number of threads: give a whole number "
+                "(0: TensorFlow's default), or unset it."
+            )
 
 
 def intra_op_setting() -> int:
@@ -94,7 +96,11 @@ def configure(logical_cpus: int, replicas: int | None = None) -> None:
     # configure("4"), configure(0) and configure(17) are refused with a message, not a TypeError or taken
     logical_cpus = check_int("logical CPU devices", logical_cpus, high=MAX_LOGICAL_CPUS)
     replicas = check_int("replicas", replicas, low=0, high=MAX_LOGICAL_CPUS) if replicas is not None else None
-    if replicas and "TF_NUM_INTRAOP_THREADS" not in os.environ and not tf.config.threading.get_intra_op_parallelism_threads():
+    if (
+        replicas
+        and "TF_NUM_INTRAOP_THREADS" not in os.environ
+        and not tf.config.threading.get_intra_op_parallelism_threads()
+    ):
         try:
             tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads(replicas))
         except RuntimeError:
@@ -126,11 +132,13 @@ def threads_differ(names) -> str | None:
     if not replicas or "TF_NUM_INTRAOP_THREADS" in os.environ or have == intra_op_threads(replicas):
         return None
     threads = f"{have} thread(s)" if have else "TensorFlow's default thread count (all the cores)"
-    return (f"this process runs each TensorFlow op on {threads}, as set when TensorFlow "
-            f"first ran here (by an earlier run or evaluation, or by you); a new process for {replicas} replica(s) "
-            f"uses {intra_op_threads(replicas)} (a core share per replica). The losses then match the same run "
-            "from the CLI or the app only to about 5 digits. For equal ones, train each device set in a new "
-            "process (a new notebook kernel), or set TF_NUM_INTRAOP_THREADS for all.")
+    return (
+        f"this process runs each TensorFlow op on {threads}, as set when TensorFlow "
+        f"first ran here (by an earlier run or evaluation, or by you); a new process for {replicas} replica(s) "
+        f"uses {intra_op_threads(replicas)} (a core share per replica). The losses then match the same run "
+        "from the CLI or the app only to about 5 digits. For equal ones, train each device set in a new "
+        "process (a new notebook kernel), or set TF_NUM_INTRAOP_THREADS for all."
+    )
 
 
 def prepare(names) -> list[str]:
@@ -183,7 +191,8 @@ def make_multiworker_strategy():
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING
+    )
     handler = signal.getsignal(signal.SIGTERM)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)

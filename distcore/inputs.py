@@ -54,14 +54,24 @@ def normalize(images, labels):
     return images[..., tf.newaxis], tf.cast(labels, tf.int32)
 
 
-def distribute(strategy, make_examples, *, global_batch: int, api: str, policy: str,
-               drop_remainder: bool, transform=normalize, prefetch: bool = True):
+def distribute(
+    strategy,
+    make_examples,
+    *,
+    global_batch: int,
+    api: str,
+    policy: str,
+    drop_remainder: bool,
+    transform=normalize,
+    prefetch: bool = True,
+):
     """Distribute the examples that `make_examples()` yields (an unbatched dataset).
 
     `make_examples` is a function so the `function` API can build one pipeline per
     input worker; `transform` (or None) maps each batch. Returns a
     `tf.distribute.DistributedDataset`.
     """
+
     def finish(ds, batch):
         ds = ds.batch(batch, drop_remainder=drop_remainder)
         if transform is not None:
@@ -75,9 +85,11 @@ def distribute(strategy, make_examples, *, global_batch: int, api: str, policy: 
         # 9% slower in paired runs (docs/performance.md).
         options = tf.distribute.InputOptions(
             experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
-            experimental_fetch_to_device=False)
+            experimental_fetch_to_device=False,
+        )
         return strategy.distribute_datasets_from_function(
-            lambda context: with_policy(finish(make_examples(), global_batch), policy), options)
+            lambda context: with_policy(finish(make_examples(), global_batch), policy), options
+        )
 
     if api == "dataset":
         return strategy.experimental_distribute_dataset(with_policy(finish(make_examples(), global_batch), policy))
@@ -128,8 +140,9 @@ def shuffled(ds: tf.data.Dataset, size: int, seed: int, epoch: int) -> tf.data.D
     return ds.shuffle(size, seed=seed * 1009 + epoch, reshuffle_each_iteration=False)
 
 
-def whole_global_batches(ds: tf.data.Dataset, examples: int, global_batch: int, api: str,
-                         drop_remainder: bool) -> tf.data.Dataset:
+def whole_global_batches(
+    ds: tf.data.Dataset, examples: int, global_batch: int, api: str, drop_remainder: bool
+) -> tf.data.Dataset:
     """drop_remainder drops the partial *global* batch. The function API shards the examples
     between workers before it batches, so a worker whose shard is one example longer would keep
     a batch more than the others: 1983 examples in batches of 64 on 2 workers would train 31
@@ -163,6 +176,7 @@ def seed_everything(seed: int) -> None:
 
 
 # --- The file-backed form: TFRecord shards, so FILE/AUTO sharding has files to split. ---
+
 
 def cache_root() -> Path:
     """$DISTCORE_CACHE_DIR, else ~/.cache/distcore, else (a user with no home) a folder of the
@@ -261,6 +275,9 @@ def train_records(data, train_examples: int) -> list[str]:
         return write_records(folder, data.train_images, data.train_labels)
     except OSError as err:
         chosen = settings.get("DISTCORE_CACHE_DIR")  # when it is set, say what it is set to, not "set it"
-        fix = (f"DISTCORE_CACHE_DIR is set to {chosen!r}: point it to a folder you can write" if chosen
-               else "set DISTCORE_CACHE_DIR to a folder you can write")
+        fix = (
+            f"DISTCORE_CACHE_DIR is set to {chosen!r}: point it to a folder you can write"
+            if chosen
+            else "set DISTCORE_CACHE_DIR to a folder you can write"
+        )
         raise DistcoreError(f"cannot write the TFRecord cache in {folder} ({err.strerror or err}); {fix}.") from None

@@ -87,8 +87,14 @@ class StepRunner:
         # Keras 3 metrics are not trackable themselves; their variables are.
         accuracy_state = {f"train_accuracy_{v.name}": v for v in self.train_accuracy.variables}
         return tf.train.Checkpoint(
-            model=self.model, optimizer=self.optimizer, step=self.step,
-            epoch=self.epoch, epoch_steps=self.epoch_steps, epoch_loss_sum=self.epoch_loss_sum, epoch_examples=self.epoch_examples, **accuracy_state,
+            model=self.model,
+            optimizer=self.optimizer,
+            step=self.step,
+            epoch=self.epoch,
+            epoch_steps=self.epoch_steps,
+            epoch_loss_sum=self.epoch_loss_sum,
+            epoch_examples=self.epoch_examples,
+            **accuracy_state,
         )
 
     # --- replica context -------------------------------------------------------------

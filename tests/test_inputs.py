@@ -55,8 +55,10 @@ def test_the_tfrecord_cache_belongs_to_the_data_it_was_written_from(tmp_path, mo
 
     first = Data(rng.integers(0, 256, (40, 28, 28), dtype=np.uint8))
     second = Data(255 - first.train_images)
-    read = [np.array([image for image, _ in inputs.from_records(inputs.train_records(d, 40)).as_numpy_iterator()])
-            for d in (first, second, Data(first.train_images.copy()))]
+    read = [
+        np.array([image for image, _ in inputs.from_records(inputs.train_records(d, 40)).as_numpy_iterator()])
+        for d in (first, second, Data(first.train_images.copy()))
+    ]
     assert (read[0] == first.train_images).all() and (read[1] == second.train_images).all()
     assert inputs.train_records(first, 40) == inputs.train_records(Data(first.train_images.copy()), 40)
     assert len(list(tmp_path.iterdir())) == 2  # the same content is written once
@@ -74,16 +76,22 @@ def test_an_unusable_cache_dir_is_named_as_set_or_not(fmnist, tmp_path, monkeypa
     with pytest.raises(DistcoreError) as caught:
         inputs.train_records(few, 16)
     assert str(caught.value).startswith(f"cannot write the TFRecord cache in {afile}/fashion-mnist-train-16-")
-    assert str(caught.value).endswith(f"(Not a directory); DISTCORE_CACHE_DIR is set to '{afile}': point it to a "
-                                      "folder you can write.")
+    assert str(caught.value).endswith(
+        f"(Not a directory); DISTCORE_CACHE_DIR is set to '{afile}': point it to a folder you can write."
+    )
     monkeypatch.delenv("DISTCORE_CACHE_DIR")
     monkeypatch.setenv("HOME", str(afile))  # the default, ~/.cache/distcore
-    with pytest.raises(DistcoreError, match=r"\(Not a directory\); set DISTCORE_CACHE_DIR to a folder you can write\.$"):
+    with pytest.raises(
+        DistcoreError, match=r"\(Not a directory\); set DISTCORE_CACHE_DIR to a folder you can write\.$"
+    ):
         inputs.train_records(few, 16)
     # In an ASCII locale a cache path read as surrogates is refused with a message, not a traceback, rc 1.
     monkeypatch.setenv("DISTCORE_CACHE_DIR", str(tmp_path / "ca \udcff"))  # the byte 0xff, not UTF-8
-    with pytest.raises(DistcoreError, match=r"^the TFRecord cache .*ca \\udcff/fashion-mnist-train-16-\w+ is not "
-                                            r"UTF-8 text as this process read it"):
+    with pytest.raises(
+        DistcoreError,
+        match=r"^the TFRecord cache .*ca \\udcff/fashion-mnist-train-16-\w+ is not "
+        r"UTF-8 text as this process read it",
+    ):
         inputs.train_records(few, 16)
 
 

@@ -13,7 +13,7 @@ from distcore.loop import StepRunner
 
 
 def batch(fmnist, n, start=0):
-    return fmnist.train_images[start:start + n], fmnist.train_labels[start:start + n]
+    return fmnist.train_images[start : start + n], fmnist.train_labels[start : start + n]
 
 
 def first_step(fmnist, replicas, n=64, global_batch=64, **overrides):
@@ -22,8 +22,14 @@ def first_step(fmnist, replicas, n=64, global_batch=64, **overrides):
     strategy = devices.make_strategy(config.devices)
     runner = StepRunner(strategy, config)
     images, labels = batch(fmnist, n)
-    dist = inputs.distribute(strategy, lambda: inputs.in_memory(images, labels), global_batch=global_batch,
-                             api="dataset", policy="auto", drop_remainder=False)
+    dist = inputs.distribute(
+        strategy,
+        lambda: inputs.in_memory(images, labels),
+        global_batch=global_batch,
+        api="dataset",
+        policy="auto",
+        drop_remainder=False,
+    )
     losses, counts = runner.train_steps(iter(dist), tf.constant(5))
     assert len(losses) == 1  # one batch in, one step out, then a clean stop
     return float(losses[0]), int(counts[0]), [v.numpy() for v in runner.model.trainable_variables]
@@ -74,7 +80,9 @@ def test_replicas_with_no_examples_train_like_one_device(fmnist, replicas, globa
     """Batches that leave a replica empty (G=4 on 3 replicas is cut 2+2+0, even when full):
     the CNN's oneDNN kernels fail on an empty batch, so the step must not hand them one,
     and the empty replicas add nothing."""
-    loss, count, weights = first_step(fmnist, replicas, n=n, global_batch=global_batch, optimizer="sgd", learning_rate=0.1)
+    loss, count, weights = first_step(
+        fmnist, replicas, n=n, global_batch=global_batch, optimizer="sgd", learning_rate=0.1
+    )
     loss1, _, weights1 = first_step(fmnist, 1, n=n, global_batch=global_batch, optimizer="sgd", learning_rate=0.1)
     assert count == n
     assert loss == pytest.approx(loss1, rel=1e-5)
@@ -98,8 +106,14 @@ def test_steps_per_call_stop_cleanly_at_the_end_of_the_data(fmnist):
     strategy = devices.make_strategy(config.devices)
     runner = StepRunner(strategy, config)
     images, labels = batch(fmnist, 200)  # 3 full batches + 8
-    dist = inputs.distribute(strategy, lambda: inputs.in_memory(images, labels), global_batch=64,
-                             api="dataset", policy="auto", drop_remainder=False)
+    dist = inputs.distribute(
+        strategy,
+        lambda: inputs.in_memory(images, labels),
+        global_batch=64,
+        api="dataset",
+        policy="auto",
+        drop_remainder=False,
+    )
     iterator = iter(dist)
     losses, counts = runner.train_steps(iterator, tf.constant(10))
     assert counts.numpy().tolist() == [64, 64, 64, 8]
@@ -113,8 +127,14 @@ def test_test_pass_sees_every_example_and_warns_nothing(fmnist):
     strategy = devices.make_strategy(config.devices)
     runner = StepRunner(strategy, config)
     images, labels = fmnist.test_images[:200], fmnist.test_labels[:200]  # 3 full batches + 8
-    dist = inputs.distribute(strategy, lambda: inputs.in_memory(images, labels), global_batch=64,
-                             api="dataset", policy="auto", drop_remainder=False)
+    dist = inputs.distribute(
+        strategy,
+        lambda: inputs.in_memory(images, labels),
+        global_batch=64,
+        api="dataset",
+        policy="auto",
+        drop_remainder=False,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loss, accuracy = runner.run_test(dist)
@@ -137,6 +157,8 @@ def test_each_new_runner_traces_its_own_step_without_a_retracing_warning(fmnist)
         for _ in range(7):
             first_step(fmnist, 2, n=8, global_batch=8)
         tf.get_logger().warning(  # (a warning about another function still passes)
-            "7 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing.")
+            "7 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing."
+        )
     assert [m for m in seen if "retracing" in m] == [
-        "7 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing."]
+        "7 out of the last 7 calls to <function f at 0x1> triggered tf.function retracing."
+    ]
