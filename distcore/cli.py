@@ -143,6 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="be one worker of the TF_CONFIG cluster (MultiWorkerMirroredStrategy); worker 0 writes --run-dir",
     )
+    p.add_argument(
+        "--engine",
+        default="local",
+        type=str.lower,
+        choices=("local", "ray"),
+        help="local (default): this process; ray: --workers Ray Train workers (MultiWorkerMirroredStrategy)",
+    )
+    p.add_argument("--workers", help="with --engine ray: number of Ray Train workers (2 or more)")
+    p.add_argument(
+        "--ray-address", help="with --engine ray: the Ray cluster to join (default: a local Ray on 127.0.0.1)"
+    )
 
     p = sub.add_parser("cluster", help="train on W local worker processes (MultiWorkerMirroredStrategy)")
     add_train_flags(p)
@@ -457,6 +468,14 @@ def train_config(args, resumed: TrainConfig | None = None) -> TrainConfig:
 
 def cmd_train(args) -> int:
     from .stopping import StopFlag
+
+    if args.engine == "ray" and not args.multi_worker:
+        from . import rayengine
+
+        return rayengine.train(args)
+    for flag, value in (("--workers", args.workers), ("--ray-address", args.ray_address)):
+        if value is not None:
+            raise DistcoreError(f"{flag} applies only with --engine ray; for local worker processes use `cluster`.")
 
     # A resume is checked before this process claims the run, so a refusal leaves its status as it was.
     # It may change the number of worker processes (a cluster's run resumed by one process, or back).
@@ -793,7 +812,8 @@ def main(argv=None, *, leave_at_once: bool = False) -> int:
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1" if args.command in WARNINGS_SHOWN else "2")
     try:
-        if args.command != "train":  # a launcher's workers start with stops held (`train`: StopFlag.install)
+        if args.command != "train" or getattr(args, "engine", None) == "ray":  # a launcher's workers start with
+            # stops held (`train`: StopFlag.install); the Ray driver handles them itself
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping.STOPS)  # (a held Ctrl-C lands in this try)
         devices.check_thread_variables()
         code = COMMANDS[args.command](args)

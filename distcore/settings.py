@@ -107,6 +107,16 @@ INTERNAL: tuple[Setting, ...] = (
         None,
         "extended with distcore's folder for the processes distcore starts, so they import the same copy",
     ),
+    Setting(
+        "TF_USE_LEGACY_KERAS",
+        None,
+        "set to 1 by Ray in its workers; `--engine ray` gives its trainer the driver's value, so Keras 3 stays",
+    ),
+    Setting(
+        "OMP_NUM_THREADS",
+        None,
+        "set to 1 by Ray in its workers; `--engine ray` gives its trainer the driver's value",
+    ),
 )
 
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
