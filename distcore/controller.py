@@ -196,7 +196,10 @@ class Controller:
         self.writer = events.writer(self.write_dir / "logs")
         self.write_losses = events.series_writer(self.writer, "train/loss")
         if self.sampler is not None:
-            self.sampler.attach(self.writer, lambda: int(self.runner.step.numpy()))
+            # The sampler's thread holds the runner's step, never the Controller: a Controller
+            # dropped unrun is collected, and its __del__ lets go of the run.
+            step = self.runner.step
+            self.sampler.attach(self.writer, lambda: int(step.numpy()))
         self.test_data = test_dataset(self.strategy, config, self.data)
         self.any_stop = tf.function(self._any_stop) if config.workers > 1 else None
         self.first_chunk_done = False
