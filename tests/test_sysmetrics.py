@@ -2,7 +2,6 @@
 figure; and (slow) a real run's system.jsonl and TensorBoard scalars."""
 
 import json
-import threading
 import time
 
 import pytest
@@ -18,7 +17,7 @@ def test_sampler_writes_records_and_stops(tmp_path):
     sampler.stop()  # twice: nothing more
     samples = runs.read_system(tmp_path)
     assert len(samples) >= 3
-    assert not any(t.name == "distcore-sysmetrics" and t.is_alive() for t in threading.enumerate())
+    assert not sampler.thread.is_alive()
     n = len(samples)
     time.sleep(0.15)
     assert len(runs.read_system(tmp_path)) == n  # stopped with it
