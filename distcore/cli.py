@@ -1,4 +1,4 @@
-"""`python -m distcore`: devices, split, train, cluster, evaluate, loss-check, bench.
+"""`distcore` (or `python -m distcore`): devices, split, train, cluster, evaluate, loss-check, bench, sweep, runs.
 
 Errors a user can cause print `error: MESSAGE` on stderr (and `{"error": MESSAGE}`
 on stdout with --json) and exit with status 2. Tracebacks are for bugs.

@@ -166,6 +166,20 @@ def run_actions(record: dict | None) -> dict:
     }
 
 
+# The answers to Start and Stop. A resume's answer is not among them: until its process writes
+# "starting", the run still reads as it ended, and the answer would go before it holds.
+ABOUT_A_RUN = ("Started", "Stopping")
+
+
+def message_is_stale(message: str | None, name: str | None, record: dict | None) -> bool:
+    """Whether the answer to Start or Stop (`message`) about the followed run `name` no longer
+    holds: the run has ended since ("Stopping ..." once it stopped, "Started ..." once it
+    finished). Other messages (errors, refusals, a resume's answer) stay until the next action."""
+    if not message or not name or not any(message.startswith(f"{verb} **{name}**") for verb in ABOUT_A_RUN):
+        return False
+    return not run_actions(record)["stop"] and bool(record) and record["state"] not in runs.ACTIVE_STATES
+
+
 def more_epochs_config(saved, more: int = MORE_EPOCHS):
     """What "Train more" resumes a finished run with: its own settings, `more` epochs on, and a
     step limit (if it had one) raised by as many epochs' steps, so the limit does not end it again."""

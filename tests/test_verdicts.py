@@ -58,6 +58,20 @@ def test_buttons_follow_the_run():
     assert (more.epochs, more.max_steps) == (2, 20)
 
 
+def test_the_answer_to_start_or_stop_goes_once_the_run_has_ended():
+    training = {"training": True, "state": "running", "has_config": True}
+    stopped = {**training, "training": False, "state": "stopped"}
+    stopping = "Stopping **r1**: it stops at the end of the current loop."
+    assert not follow.message_is_stale(stopping, "r1", training)
+    assert follow.message_is_stale(stopping, "r1", stopped)
+    assert follow.message_is_stale("Started **r1** (process 7) on cpu:0", "r1", {**stopped, "state": "finished"})
+    assert not follow.message_is_stale(stopping, "r2", stopped)  # about another run than the one followed
+    assert not follow.message_is_stale("Resuming **r1** on cpu:0; 20 steps in all", "r1", stopped)
+    assert not follow.message_is_stale("r1 is already training.", "r1", stopped)  # not an answer to Start/Stop
+    assert not follow.message_is_stale(stopping, "r1", None)  # no record yet: nothing is known to have ended
+    assert not follow.message_is_stale("", "r1", stopped)
+
+
 def test_a_split_and_a_batch_that_does_not_divide_read_as_one_sentence_with_the_rest_folded():
     from distcore import explain
 

@@ -216,7 +216,8 @@ def settings_summary(settings: AppSettings, *form) -> str:
         return gr.update(label=f"Training settings: {e}")
 
 
-QUICK_DEMO = {"model": "mlp", "epochs": 2, "steps_per_loop": 5, "train_examples": 6400, "test_examples": 1000}
+# Long enough to watch and stop (about 30 s on 2 cores), with an epoch point every few seconds.
+QUICK_DEMO = {"model": "cnn", "epochs": 10, "steps_per_loop": 5, "train_examples": 16000, "test_examples": 1000}
 
 
 def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> dict:
@@ -242,7 +243,7 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
             ui["name"] = gr.Textbox(
                 label="New run name", placeholder="empty = run-DATE-TIME", info="ASCII letters, digits, _ . -", scale=2
             )
-            demo_preset = gr.Button("Quick demo (MLP, 6,400 examples)", size="sm", scale=1)
+            demo_preset = gr.Button("Quick demo (CNN, 10 short epochs)", size="sm", scale=1)
             ui["use_settings"] = gr.Button("Use the followed run's settings", size="sm", scale=1)
         training_fields(setup)
     ui["system_plot"] = gr.Plot(label="System", show_label=False, elem_id="dc-system-plot")
@@ -308,6 +309,13 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
         concurrency_limit=8,
         api_name="poll_run",
         api_visibility="undocumented",
+    )
+    timer.tick(
+        bind(watch.clear_stale_message, settings),
+        [ui["run"], ui["message"]],
+        ui["message"],
+        show_progress="hidden",
+        api_visibility="private",
     )
     ui["labels"] = gr.State(None)  # per session: the run picker's labels (polled with Evaluate's, poll_lists)
     export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]], api_name="export_run")

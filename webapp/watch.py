@@ -109,6 +109,15 @@ def poll_run(settings: AppSettings, name, last_sig):
     return (*run_panel(settings, name), list(sig))
 
 
+def clear_stale_message(settings: AppSettings, name, message):
+    """Timer tick: the answer to Start, Resume or Stop goes once the run it speaks of has ended."""
+    try:
+        record = follow.run_record(settings.runs_root, name) if name and message else None
+    except DistcoreError:
+        record = None
+    return "" if follow.message_is_stale(message, name, record) else gr.skip()
+
+
 PANEL_OUTPUTS = 8  # run_panel's: status, loss, epochs, log, system, Stop, Resume, Train more
 
 
