@@ -85,12 +85,11 @@ def before_training_stop(name: str, checkpoints: list[str]) -> str:
 def split_notes(plan: dict) -> tuple[str, str]:
     """(headline, details) of a split plan: one sentence of about 20 words (the numbers, then the
     first thing worth seeing: a partial step or an empty replica), and the rest for a fold."""
-    full = plots.split_summary(plan).split("\n")
+    full = plots.split_summary(plan, key=False).split("\n")  # the figure draws the colour key
     headline = full[0]
     facts = plots.split_facts(plan)
     if facts:
         headline += " " + facts[0]
     elif not plots.holds_more(plan.get("steps") or [], int(plan.get("global_batch") or 0)):
         headline += " Every batch is full; every replica gets a piece."
-    # The colour key is drawn on the figure (plots.split_legend), not said again; the rest is for the fold.
-    return headline, "\n".join(line for line in full[1:] if not line.startswith("*Cells:")).strip()
+    return headline, "\n".join(full[1:]).strip()

@@ -258,8 +258,9 @@ def pieces_text(plan: dict) -> str:
     return f" (each full global batch split {split.slashed(full)})"
 
 
-def split_summary(plan: dict, max_facts: int = 8) -> str:
-    """Markdown: the headline numbers, then what happened (distcore's notes, else our own)."""
+def split_summary(plan: dict, max_facts: int = 8, key: bool = True) -> str:
+    """Markdown: the headline numbers, then what happened (distcore's notes, else our own), with
+    the colour key in words unless `key` is False (beside a figure that draws it)."""
     steps = plan.get("steps") or []
     examples = sum(len(ids) for row in steps for ids in row)
     distinct = len({i for row in steps for ids in row for i in ids})
@@ -276,13 +277,14 @@ def split_summary(plan: dict, max_facts: int = 8) -> str:
         lines.append(" ".join(shown))
     elif not over:
         lines.append("Every global batch is full and every replica got a piece of each.")
-    # The colour key in words, for text without the figure (the figure draws split_legend).
-    lines.append(
-        "\n*Cells: blue = piece of a full global batch"
-        + (" (or of a step holding more: see the notes)" if over else "")
-        + ", amber = piece of a partial one, grey = empty"
-        + ("; each cell's rows sorted.*" if plan.get("rows") else ".*")
-    )
+    # The colour key in words (`key`), for text shown without the figure, which draws split_legend.
+    if key:
+        lines.append(
+            "\n*Cells: blue = piece of a full global batch"
+            + (" (or of a step holding more: see the notes)" if over else "")
+            + ", amber = piece of a partial one, grey = empty"
+            + ("; each cell's rows sorted.*" if plan.get("rows") else ".*")
+        )
     notes = plan.get("notes") or []
     if notes:
         lines.append("\n**What distcore saw:**")

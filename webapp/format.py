@@ -142,9 +142,3 @@ def gallery_caption(predicted: int, label: int) -> str:
     if predicted == label:
         return f"✓ {data.CLASS_NAMES[label]}"
     return f"✗ {data.CLASS_NAMES[label]} → {data.CLASS_NAMES[predicted]}"
-
-
-def loss_row(label: str, value, error) -> str:
-    if value is None:  # Keras's default reduction with an empty replica (why: under the table)
-        return f"| {label} | fails | – |"
-    return f"| {label} | {value:.6f} | {'–' if error is None else f'{error:.2e}'} |"
