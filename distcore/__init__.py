@@ -7,6 +7,9 @@ Modules, one idea each:
   config       frozen, validated configuration (TrainConfig, SplitConfig, DistcoreError)
   devices      device discovery, device-set parsing, splitting a CPU into logical devices
   data         Fashion-MNIST from the original files (numpy)
+  datasets     a run's data: Fashion-MNIST, MNIST, the user's arrays or .npz (checked)
+  tasks        what a step does: the classifier, the GAN, the user's own Task
+  trainer      distcore.train: a task on data in a run folder, in one call
   inputs       tf.data pipelines, TFRecord shards, the two distribute APIs
   split        split plans: which ids each replica receives, by running tf.distribute
   model        the tutorial CNN and the guide's MLP
@@ -27,10 +30,14 @@ Modules, one idea each:
 
 The public API, each name documented on its object (`help(distcore.Controller)`):
   TrainConfig, SplitConfig, DistcoreError   configuration and the error for people
+  train, Run                                train a task on data in a run folder, in this process
+  Task, Classifier, GAN, StepContext        what a step does: built in, or your own subclass
+  Arrays                                    your own data as numpy arrays
   Controller, StopFlag                      train a run; ask it to stop
   configure_devices                         split the CPU into logical devices (call first)
   plan_split                                which example ids each replica gets
   evaluate                                  a checkpoint's accuracy on any device set
+  export                                    a checkpoint's model as a .keras file or SavedModel
   loss_check                                one batch's loss, single device vs distributed
 Names other than the configuration load their module (and TensorFlow) on first use.
 """
@@ -49,6 +56,14 @@ _LAZY = {
     "configure_devices": ("devices", "configure"),
     "plan_split": ("split", "plan"),
     "evaluate": ("checkpoints", "evaluate"),
+    "export": ("checkpoints", "export"),
+    "train": ("trainer", "train"),
+    "Run": ("trainer", "Run"),
+    "Arrays": ("datasets", "Arrays"),
+    "Task": ("tasks", "Task"),
+    "StepContext": ("tasks", "StepContext"),
+    "Classifier": ("tasks", "Classifier"),
+    "GAN": ("tasks", "GAN"),
     "loss_check": ("losscheck", "loss_check"),
 }
 

@@ -235,100 +235,157 @@ def find(run_dir, name: str | None) -> tuple[str, int]:
     return name, step
 
 
-def evaluate(
-    run_dir, name: str | None = None, device_names=None, details: bool = False, data_dir: str | None = None
-) -> dict:
-    """Restore a checkpoint into a fresh model and measure it on the run's test set.
+def restored(run_dir, name: str | None = None, device_names=None, data_dir=None, task=None, load_data: bool = True):
+    """A run's task restored from a checkpoint on a device set (None: no strategy, as the
+    tutorial restores one), with its test data. Returns a namespace of plain fields:
+    runner, strategy, config, data (None unless `load_data`), checkpoint, step, devices, notes."""
+    from types import SimpleNamespace
 
-    `device_names=None` evaluates with no strategy (TensorFlow's default strategy:
-    one device, plain calls), as the tutorial's "restore without a strategy"; any other
-    value is a device set, read and checked as `devices.resolve` reads one.
-    `data_dir` overrides the run's own (the data moved, or this is another host).
-    `name` is a checkpoint such as "ckpt-500" (None: the newest intact one). Returns plain
-    values: checkpoint, step, devices, accuracy, loss, examples, data_dir, a note when any
-    was read from elsewhere than asked, and with `details` a confusion matrix and samples.
-    """
-    import keras
-
-    from . import data as data_lib, devices, inputs
-    from .model import create_model, forward
+    from . import data as data_lib, datasets, devices, tasks
+    from .loop import StepRunner
 
     config = runs.saved_config(run_dir)
     newest = name is None
     name, step = find(run_dir, name)
+    if isinstance(device_names, int) and not isinstance(device_names, bool):
+        device_names = devices.resolve(replicas=device_names)
     device_names = None if device_names is None else devices.resolve(devices=device_names)
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
     notes = []
-    data = data_lib.load(
-        data_dir or config.data_dir, saved_in=None if data_dir else Path(run_dir) / "config.json", on_note=notes.append
-    )
-    n = config.test_examples
-    with strategy.scope():
-        model = create_model(config.model, config.l2)
-        loss_metric = keras.metrics.Mean()
-        accuracy_metric = keras.metrics.SparseCategoricalAccuracy()
-    restore_model = lambda prefix: restore(tf.train.Checkpoint(model=model), prefix, partial=True)  # noqa: E731
+    examples = None
+    if load_data:
+        if config.data == "fashion-mnist":
+            examples = data_lib.load(
+                data_dir or config.data_dir,
+                saved_in=None if data_dir else Path(run_dir) / "config.json",
+                on_note=notes.append,
+            )
+        else:
+            examples = datasets.load(config.data, data_dir=data_dir or config.data_dir, run_dir=run_dir)
+        examples = data_lib.subset(
+            examples, min(config.train_examples, len(examples.train_labels)), config.test_examples
+        )
+    runner = StepRunner(strategy, config, tasks.from_config(config, run_dir, given=task))
+    restore_all = lambda prefix: restore(runner.checkpoint(), prefix, partial=True)  # noqa: E731
     if newest:  # "the latest" means the latest that is intact; say so when that is not the newest
-        name = newest_intact(Path(run_dir) / "checkpoints", restore_model, notes.append)
+        name = newest_intact(Path(run_dir) / "checkpoints", restore_all, notes.append)
         step = runs.checkpoint_step(name)
     else:
-        restore_model(Path(run_dir) / "checkpoints" / name)
-    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-
-    def replica_step(images, labels):
-        logits = forward(model, images, training=False)
-        loss_metric.update_state(loss_object(labels, logits))
-        accuracy_metric.update_state(labels, logits)
-        return tf.argmax(logits, axis=1, output_type=tf.int32), labels
-
-    @tf.function
-    def step_fn(batch):
-        return strategy.run(replica_step, args=batch)
-
-    dist = inputs.distribute(
-        strategy,
-        lambda: inputs.in_memory(data.test_images[:n], data.test_labels[:n]),
-        global_batch=config.global_batch,
-        api="dataset",
-        policy=config.policy,
-        drop_remainder=False,
+        restore_all(Path(run_dir) / "checkpoints" / name)
+    return SimpleNamespace(
+        runner=runner,
+        strategy=strategy,
+        config=config,
+        data=examples,
+        checkpoint=name,
+        step=step,
+        devices=list(device_names) if device_names else ["no strategy"],
+        notes=notes,
     )
-    confusion = [[0] * 10 for _ in range(10)]
-    pipeline = [dist, iter(dist)]
-    del dist  # the list holds the only references
-    for batch in pipeline[1]:
-        predicted, labels = step_fn(batch)
-        if details:
-            for p, y in zip(
-                strategy.experimental_local_results(predicted), strategy.experimental_local_results(labels)
-            ):
-                for pi, yi in zip(p.numpy(), y.numpy()):
-                    confusion[int(yi)][int(pi)] += 1
-    inputs.drop_later(pipeline)  # off this thread: see inputs.drop_later
+
+
+def evaluate(
+    run_dir,
+    name: str | None = None,
+    device_names=None,
+    details: bool = False,
+    data_dir: str | None = None,
+    *,
+    devices=None,
+    task=None,
+) -> dict:
+    """Restore a checkpoint into a fresh model and measure it on the run's test set.
+
+    `device_names=None` (or `devices=None`) evaluates with no strategy (TensorFlow's default
+    strategy: one device, plain calls), as the tutorial's "restore without a strategy"; any other
+    value is a device set, read and checked as `devices.resolve` reads one (a count too).
+    `data_dir` overrides the run's own (the data moved, or this is another host). `name` is a
+    checkpoint such as "ckpt-500" (None: the newest intact one). `task`: the run's Task object,
+    for a task no other process can import (a notebook's). Returns plain values: checkpoint, step,
+    devices, examples, data_dir, the task's test metrics without their "test_" prefix (a
+    classifier's accuracy and loss; the GAN's d_loss, g_loss and its image grid as a PNG path),
+    a note when anything was read from elsewhere than asked, and with `details` a classifier's
+    confusion matrix and samples.
+    """
+    from . import tasks
+    from .controller import test_dataset
+
+    chosen = device_names if device_names is not None else devices
+    found = restored(run_dir, name, chosen, data_dir, task)
+    runner, config, data = found.runner, found.config, found.data
+    tested = runner.run_test(test_dataset(found.strategy, config, data))
     result = {
-        "checkpoint": name,
-        "step": step,
-        "accuracy": float(accuracy_metric.result()),
-        "loss": float(loss_metric.result()),
-        "examples": n,
-        "devices": list(device_names) if device_names else ["no strategy"],
+        "checkpoint": found.checkpoint,
+        "step": found.step,
+        **{key.removeprefix("test_"): value for key, value in tested.items()},
+        "examples": config.test_examples,
+        "devices": found.devices,
         "data_dir": data.source,
+        "task": config.task,
     }
-    if notes:
-        result["note"] = " ".join(notes)
-    if details:
-        result["confusion"] = confusion
-        result["samples"] = sample_predictions(model, data, count=min(16, n))  # of the run's test set only
+    if isinstance(runner.task, tasks.GAN):
+        folder = runs.export_folder()
+        result["grid"] = str(tasks.write_png(runner.task.grid(), folder / f"grid-{found.checkpoint}.png"))
+    if found.notes:
+        result["note"] = " ".join(found.notes)
+    if details and isinstance(runner.task, tasks.Classifier):
+        result["confusion"] = confusion_matrix(runner.task.model, data)
+        result["samples"] = sample_predictions(runner.task.model, data, count=min(16, config.test_examples))
     return result
 
 
+def confusion_matrix(model, data, batch: int = 1000) -> list[list[int]]:
+    """Rows: true class, columns: predicted, over the run's test set (one device, no strategy)."""
+    from .model import forward
+
+    classes = max(data.classes, 1)
+    confusion = [[0] * classes for _ in range(classes)]
+    for start in range(0, len(data.test_labels), batch):
+        images = data.transform_x(data.test_images[start : start + batch])
+        logits = forward(model, images, training=False)
+        predicted = tf.argmax(logits, axis=1, output_type=tf.int32).numpy()
+        for y, p in zip(data.test_labels[start : start + batch], predicted):
+            if int(p) < classes:
+                confusion[int(y)][int(p)] += 1
+    return confusion
+
+
+def export(run_dir, out, checkpoint: str | None = None, format: str | None = None, task=None) -> dict:
+    """Write a restored checkpoint's model as a Keras file (`.keras`, loadable with
+    `keras.models.load_model`, with or without a strategy's scope) or, with format="savedmodel",
+    as a TensorFlow SavedModel folder (`tf.saved_model.load`). The classifier's model is written;
+    the GAN's generator. Returns {"path", "format", "checkpoint", "step", "task"}."""
+    out = Path(out).expanduser().absolute()
+    kind = (format or ("keras" if out.suffix == ".keras" else "")).lower()
+    if kind not in ("keras", "savedmodel"):
+        raise DistcoreError(
+            f"export format {format!r} must be keras (a file ending in .keras) or savedmodel (a folder)."
+            if format
+            else f"{out} must end in .keras for a Keras file; for a SavedModel folder, give format savedmodel."
+        )
+    if kind == "keras" and out.suffix != ".keras":
+        raise DistcoreError(f"a Keras file's name must end in .keras (Keras 3 requires it): not {out.name}.")
+    empty_folder = out.is_dir() and kind == "savedmodel" and not any(out.iterdir())
+    if out.exists() and not empty_folder:
+        raise DistcoreError(f"{out} already exists: choose a new name (an export never overwrites a file).")
+    found = restored(run_dir, checkpoint, None, task=task, load_data=False)
+    model = found.runner.task.export_model()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "keras":
+        model.save(out)
+    else:
+        model.export(str(out), format="tf_saved_model", verbose=False)
+    return {
+        "path": str(out),
+        "format": kind,
+        "checkpoint": found.checkpoint,
+        "step": found.step,
+        "task": found.config.task,
+    }
+
+
 def sample_predictions(model, data, count: int) -> list[dict]:
-    images, labels = inputs_for(data, count)
+    images = data.transform_x(data.test_images[:count])
+    labels = data.test_labels[:count]
     predicted = tf.argmax(model(images, training=False), axis=1).numpy()
     return [{"index": i, "label": int(labels[i]), "predicted": int(predicted[i])} for i in range(count)]
-
-
-def inputs_for(data, count: int):
-    from .inputs import normalize
-
-    return normalize(data.test_images[:count], data.test_labels[:count])

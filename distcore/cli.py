@@ -1,4 +1,4 @@
-"""`distcore` (or `python -m distcore`): devices, split, train, cluster, evaluate, loss-check, bench, sweep, runs.
+"""`distcore` (`python -m distcore`): devices, split, train, cluster, evaluate, export, loss-check, bench, sweep, runs.
 
 Errors a user can cause print `error: MESSAGE` on stderr (and `{"error": MESSAGE}`
 on stdout with --json) and exit with status 2. Tracebacks are for bugs.
@@ -24,7 +24,17 @@ import sys
 import time
 
 from . import cluster, devices, jobs, runs, stopping
-from .config import APIS, MODELS, OPTIMIZERS, POLICIES, DistcoreError, SplitConfig, TrainConfig, UnevenBatch, check_int
+from .config import (
+    APIS,
+    OPTIMIZERS,
+    POLICIES,
+    DistcoreError,
+    SplitConfig,
+    TrainConfig,
+    UnevenBatch,
+    check_data,
+    check_int,
+)
 
 # TensorFlow's C++ warnings: split plans capture and show them (an AUTO-to-DATA
 # fallback is one); other commands ask for errors only. TensorFlow 2.21 still prints
@@ -80,7 +90,14 @@ def add_train_flags(p):
     p.add_argument("--checkpoint-every", help="checkpoint every N steps (default: epoch ends only)")
     p.add_argument("--keep-checkpoints", help="keep the newest N checkpoints, deleting older ones (default 0: all)")
     p.add_argument(
-        "--model", type=str.lower, choices=MODELS, help="cnn (tutorial, default) or mlp (training-loop guide)"
+        "--task",
+        help="classifier (default), gan (the training-loop guide's), or module:function returning your distcore.Task",
+    )
+    p.add_argument(
+        "--model", help="cnn (tutorial, default), mlp (training-loop guide), or module:function returning a Keras model"
+    )
+    p.add_argument(
+        "--data", help="fashion-mnist (default), mnist, or an .npz file with x_train, y_train, x_test, y_test"
     )
     p.add_argument("--optimizer", type=str.lower, choices=OPTIMIZERS, help="adam (default) or sgd")
     p.add_argument("--learning-rate", help="learning rate (default 0.001)")
@@ -88,8 +105,8 @@ def add_train_flags(p):
     p.add_argument("--policy", type=str.lower, choices=POLICIES, help="tf.data AutoShardPolicy (default auto)")
     p.add_argument("--api", type=str.lower, choices=APIS, help="input API (default dataset)")
     p.add_argument("--drop-remainder", action="store_true", default=None, help="drop partial last batches")
-    p.add_argument("--train-examples", help="use the first N training images (default 60000)")
-    p.add_argument("--test-examples", help="use the first N test images (default 10000)")
+    p.add_argument("--train-examples", help="use the first N training examples (default: all)")
+    p.add_argument("--test-examples", help="use the first N test examples (default: all)")
     p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
     p.add_argument("--json", action="store_true", help="print metrics records as JSON lines")
@@ -154,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ray-address", help="with --engine ray: the Ray cluster to join (default: a local Ray on 127.0.0.1)"
     )
+    p.add_argument(
+        "--max-failures",
+        help="with --engine ray: restarts of the workers after a worker fails, each resuming from the newest "
+        "checkpoint (default 3; 0: none)",
+    )
 
     p = sub.add_parser("cluster", help="train on W local worker processes (MultiWorkerMirroredStrategy)")
     add_train_flags(p)
@@ -171,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--no-strategy", action="store_true", help="restore and evaluate with no strategy")
     p.add_argument("--details", action="store_true", help="add a confusion matrix and sample predictions")
     p.add_argument("--data-dir", help="folder with the four Fashion-MNIST .gz files (default: the run's)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser("export", help="write a checkpoint's model as a .keras file or a SavedModel")
+    p.add_argument("--run-dir", required=True, type=run_dir_arg, help="the run directory")
+    p.add_argument("--checkpoint", help="checkpoint name, e.g. ckpt-500 (default: the newest intact one)")
+    p.add_argument("--out", required=True, help="the file to write (model.keras), or a folder for --format savedmodel")
+    p.add_argument("--format", type=str.lower, choices=("keras", "savedmodel"), help="keras (default) or savedmodel")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("loss-check", help="one batch's loss: single device vs distributed vs common mistakes")
@@ -267,6 +296,7 @@ def split_config(request: dict, names) -> SplitConfig:
         workers=request.get("workers", 1),
         shuffle_seed=request.get("shuffle_seed"),
         map_after_batch=request.get("map_after_batch", True),
+        rows=request.get("rows") or SplitConfig.rows,
     )
 
 
@@ -440,6 +470,8 @@ TRAIN_FLAGS = (
     "train_examples",
     "test_examples",
     "data_dir",
+    "task",
+    "data",
 )
 
 
@@ -463,7 +495,20 @@ def train_config(args, resumed: TrainConfig | None = None) -> TrainConfig:
         except UnevenBatch as err:  # the devices are known only now
             raise runs.uneven_resume(err) from None
     given.setdefault("devices", device_names(args))
-    return TrainConfig(**given)
+    return TrainConfig(**with_data_sizes(given))
+
+
+def with_data_sizes(given: dict) -> dict:
+    """Training and test examples default to all of the data's rows: an .npz file's are read."""
+    from . import datasets
+
+    data = given.get("data")
+    if data and not {"train_examples", "test_examples"} <= set(given):
+        name = check_data(data)
+        if name not in datasets.BUILT_IN:
+            rows = datasets.train_rows(name)
+            given = {"train_examples": rows[0], "test_examples": rows[1], **given}
+    return given
 
 
 def cmd_train(args) -> int:
@@ -476,6 +521,11 @@ def cmd_train(args) -> int:
     for flag, value in (("--workers", args.workers), ("--ray-address", args.ray_address)):
         if value is not None:
             raise DistcoreError(f"{flag} applies only with --engine ray; for local worker processes use `cluster`.")
+    if args.max_failures is not None:
+        raise DistcoreError(
+            "--max-failures applies only with --engine ray, whose workers Ray restarts after a failure; "
+            "any other run that failed is continued with --resume."
+        )
 
     # A resume is checked before this process claims the run, so a refusal leaves its status as it was.
     # It may change the number of worker processes (a cluster's run resumed by one process, or back).
@@ -662,13 +712,18 @@ def show_record(progress, record: dict) -> None:
 
 
 def is_epoch(record: dict) -> bool:
-    return "test_accuracy" in record and "epoch" in record
+    return runs.is_epoch_record(record)
 
 
 def epoch_line(record: dict) -> str:
-    return (
-        f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, test accuracy {record['test_accuracy']:.4f}"
-    )
+    """The epoch's train and test metrics (the classifier's: train loss, test accuracy)."""
+    if "train_loss" in record and "test_accuracy" in record:
+        return (
+            f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, "
+            f"test accuracy {record['test_accuracy']:.4f}"
+        )
+    shown = ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in runs.record_scalars(record).items())
+    return f"epoch {record['epoch']}: {shown}"
 
 
 class Progress:
@@ -678,13 +733,13 @@ class Progress:
         self.total = max(total, 1)
 
     def update(self, record: dict) -> None:
-        if "loss" in record:
+        if runs.is_step_record(record):
             done = record["step"] / self.total
             bar = "#" * int(30 * done)
             speed = record.get("examples_per_sec")  # none from the step that traced
+            scalars = " ".join(f"{k} {v:.4f}" for k, v in runs.record_scalars(record).items())
             sys.stderr.write(
-                f"\r[{bar:<30}] step {record['step']}/{self.total} loss {record['loss']:.4f} "
-                + (f"{speed:.0f} ex/s " if speed else "")
+                f"\r[{bar:<30}] step {record['step']}/{self.total} {scalars} " + (f"{speed:.0f} ex/s " if speed else "")
             )
         elif is_epoch(record):
             sys.stderr.write(f"\n{epoch_line(record)}\n")
@@ -703,14 +758,30 @@ def cmd_evaluate(args) -> int:
     if args.json:
         print_json(result)
         return 0
+    shown = [k for k in ("accuracy", "loss") if k in result] + [k for k in result if k.endswith("_loss")]
+    measured = ", ".join(f"{key.replace('_', ' ')} {result[key]:.4f}" for key in shown)
     print(
         f"{result['checkpoint']} (step {result['step']}) on {', '.join(result['devices'])}: "
-        f"accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f} over {result['examples']} test images"
+        f"{measured} over {result['examples']} test images"
     )
+    if "grid" in result:
+        print(f"generated images: {result['grid']}")
     if "note" in result:
         print("note: " + result["note"])
-    if args.details:
+    if args.details and "confusion" in result:
         print_details(result)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from . import checkpoints, runs
+
+    runs.read_config(args.run_dir)  # a clear error for a directory that is not a run
+    result = checkpoints.export(args.run_dir, args.out, args.checkpoint, args.format)
+    if args.json:
+        print_json(result)
+    else:
+        print(f"{result['checkpoint']} (step {result['step']}) written as {result['format']}: {result['path']}")
     return 0
 
 
@@ -772,6 +843,7 @@ COMMANDS = {
     "train": cmd_train,
     "cluster": cmd_cluster,
     "evaluate": cmd_evaluate,
+    "export": cmd_export,
     "loss-check": cmd_loss_check,
     "bench": cmd_bench,
     "sweep": lambda args: run_command("cmd_sweep", args),

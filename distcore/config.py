@@ -19,6 +19,10 @@ from dataclasses import dataclass
 POLICIES = ("auto", "file", "data", "off")
 APIS = ("dataset", "function")
 MODELS = ("cnn", "mlp")
+TASKS = ("classifier", "gan")
+DATASETS = ("fashion-mnist", "mnist")
+REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")  # module:function, as uvicorn takes an app
+MAX_EXAMPLES = 10**9
 OPTIMIZERS = ("adam", "sgd")
 MAX_LOGICAL_CPUS = 16
 MAX_GLOBAL_BATCH = 65536
@@ -192,6 +196,50 @@ class UnevenBatch(DistcoreError):
         self.global_batch, self.replicas = global_batch, replicas
 
 
+def check_task(value) -> str:
+    """classifier, gan, or a module:function that returns a distcore Task."""
+    if is_empty(value):
+        raise DistcoreError("task is empty: it must be classifier, gan, or module:function (your own task).")
+    text = str(value).strip()
+    if text.lower() in TASKS:
+        return text.lower()
+    if REFERENCE.match(text):
+        return text
+    raise DistcoreError(f"task ({value!r}) must be classifier, gan, or module:function naming your own task.")
+
+
+def check_model(value) -> str:
+    """cnn, mlp, a module:function Keras model factory, or "saved" (the run's model.json)."""
+    if is_empty(value):
+        raise DistcoreError("model is empty: it must be cnn, mlp, or module:function (a Keras model factory).")
+    text = str(value).strip()
+    if text.lower() in (*MODELS, "saved"):
+        return text.lower()
+    if REFERENCE.match(text):
+        return text
+    raise DistcoreError(f"model ({value!r}) must be one of: cnn, mlp, or module:function (a Keras model factory).")
+
+
+def check_data(value) -> str:
+    """fashion-mnist, mnist, "arrays" (the run folder's data.npz), or a path to an .npz file (absolute)."""
+    if is_empty(value):
+        return "fashion-mnist"
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise DistcoreError(f"data ({value!r}) must be fashion-mnist, mnist, or the path of an .npz file.")
+    text = value.strip()
+    named = text.lower().replace("_", "-")
+    if named in (*DATASETS, "arrays"):
+        return named
+    if text.lower().endswith(".npz"):
+        return os.path.abspath(os.path.expanduser(text))
+    raise DistcoreError(
+        f"data ({value!r}) must be fashion-mnist, mnist, or the path of an .npz file with "
+        "x_train, y_train, x_test, y_test."
+    )
+
+
 def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
     if is_empty(value):
         raise DistcoreError(f"{name} is empty: it must be one of: {', '.join(choices)}.")
@@ -218,13 +266,16 @@ class SplitConfig:
     workers: int = 1  # > 1: this is one worker's plan; `devices` are that worker's
     shuffle_seed: int | None = None  # the ids are rows, read in training's epoch-1 order for this seed
     map_after_batch: bool = True  # as training's pipeline; False: it ends at batch(), as the guide's examples
+    rows: int = TRAIN_SIZE  # the training rows of the data whose row numbers shuffle_seed orders
 
     def __post_init__(self):
         set_ = object.__setattr__
         set_(self, "examples", check_int("examples", self.examples, high=MAX_SPLIT_EXAMPLES))
         if self.shuffle_seed is not None:  # row numbers of Fashion-MNIST's training set
             set_(self, "shuffle_seed", check_int("seed", self.shuffle_seed, low=0, high=MAX_SEED))
-            set_(self, "examples", check_int("examples (Fashion-MNIST training rows)", self.examples, high=TRAIN_SIZE))
+            set_(self, "rows", check_int("the data's training rows", self.rows, high=MAX_EXAMPLES))
+            what = "Fashion-MNIST training rows" if self.rows == TRAIN_SIZE else "the data's training rows"
+            set_(self, "examples", check_int(f"examples ({what})", self.examples, high=self.rows))
         set_(self, "global_batch", check_int("global batch size", self.global_batch, high=MAX_GLOBAL_BATCH))
         set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
         set_(self, "api", check_choice("input API", self.api, APIS))
@@ -280,9 +331,13 @@ class TrainConfig:
     policy, api, drop_remainder: the tf.data shard policy (auto/file/data/off), the input API
         ("dataset": experimental_distribute_dataset, "function": distribute_datasets_from_function),
         and whether a partial last batch is left out.
-    train_examples, test_examples: the first N of Fashion-MNIST's 60,000 and 10,000.
+    train_examples, test_examples: the first N rows of the data's training and test splits
+        (Fashion-MNIST's and MNIST's: 60,000 and 10,000).
     data_dir: the folder with the four .gz files (None: the usual places, see distcore.data).
     workers: > 1 for MultiWorkerMirroredStrategy over TF_CONFIG; `devices` are then each worker's.
+    task: "classifier", "gan", or module:function returning your own `distcore.Task`.
+    data: "fashion-mnist", "mnist", "arrays" (the run folder's data.npz) or an .npz path (distcore.datasets).
+    model (for the classifier) may also be a module:function that returns a Keras model, or "saved".
     """
 
     devices: tuple[str, ...]
@@ -304,11 +359,15 @@ class TrainConfig:
     test_examples: int = TEST_SIZE
     data_dir: str | None = None
     workers: int = 1  # > 1: MultiWorkerMirroredStrategy; `devices` are then each worker's
+    task: str = "classifier"
+    data: str = "fashion-mnist"
 
     def __post_init__(self):
         set_ = object.__setattr__
         set_(self, "devices", device_set(self.devices))
-        set_(self, "model", check_choice("model", self.model, MODELS))
+        set_(self, "task", check_task(self.task))
+        set_(self, "data", check_data(self.data))
+        set_(self, "model", check_model(self.model))
         set_(self, "optimizer", check_choice("optimizer", self.optimizer, OPTIMIZERS))
         set_(self, "learning_rate", check_float("learning rate", self.learning_rate, low=0.0, high=10.0, low_open=True))
         set_(self, "l2", check_float("L2 weight penalty", self.l2, low=0.0, high=1.0))
@@ -321,8 +380,17 @@ class TrainConfig:
         set_(self, "keep_checkpoints", check_int("checkpoints kept", self.keep_checkpoints, low=0, high=10**6))
         set_(self, "policy", check_choice("shard policy", self.policy, POLICIES))
         set_(self, "api", check_choice("input API", self.api, APIS))
-        set_(self, "train_examples", check_int("train examples", self.train_examples, high=TRAIN_SIZE))
-        set_(self, "test_examples", check_int("test examples", self.test_examples, high=TEST_SIZE))
+        built_in = self.data in DATASETS  # their sizes are known; other data are checked when read
+        set_(
+            self,
+            "train_examples",
+            check_int("train examples", self.train_examples, high=TRAIN_SIZE if built_in else MAX_EXAMPLES),
+        )
+        set_(
+            self,
+            "test_examples",
+            check_int("test examples", self.test_examples, high=TEST_SIZE if built_in else MAX_EXAMPLES),
+        )
         set_(self, "drop_remainder", check_bool("drop_remainder", self.drop_remainder))
         set_(self, "data_dir", data_folder(self.data_dir))
         set_(self, "workers", check_int("workers", self.workers, high=64))
@@ -348,6 +416,21 @@ class TrainConfig:
             )
         if self.api == "function" and self.global_batch % self.replicas:
             raise UnevenBatch(self.global_batch, self.replicas)
+        if self.policy == "file" and self.data not in DATASETS:
+            raise DistcoreError(
+                "shard policy FILE reads the data from files that distcore writes of the built-in datasets; "
+                "your own arrays are read from memory: use AUTO, DATA or OFF."
+            )
+        if self.task == "gan" and (self.model, self.optimizer, self.learning_rate, self.l2) != (
+            "cnn",
+            "adam",
+            0.001,
+            0.0,
+        ):
+            raise DistcoreError(
+                "the GAN trains the guide's own discriminator and generator with its two Adam optimizers "
+                "(learning rates 3e-4 and 4e-4): model, optimizer, learning rate and L2 do not apply; leave them unset."
+            )
 
     @property
     def replicas(self) -> int:

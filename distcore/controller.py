@@ -18,7 +18,19 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from . import checkpoints, cluster, data as data_lib, devices, events, inputs, runs, stopping, sysmetrics
+from . import (
+    checkpoints,
+    cluster,
+    data as data_lib,
+    datasets,
+    devices,
+    events,
+    inputs,
+    runs,
+    stopping,
+    sysmetrics,
+    tasks,
+)
 from .config import DistcoreError, TrainConfig, data_folder, without_node_names
 from .loop import SUM, StepRunner
 from .stopping import StopFlag
@@ -30,7 +42,7 @@ def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
     def make():
         files = inputs.train_records(data, config.train_examples) if config.policy == "file" else None
         with inputs.seeded(config.seed):  # a shuffle's order follows the global seed too
-            if files:  # FILE sharding needs a dataset read from files
+            if files:  # FILE sharding needs a dataset read from files (the built-in datasets' only)
                 ds = inputs.from_records(files, seed=config.seed, epoch=epoch, limit=config.train_examples)
             else:
                 n = config.train_examples
@@ -52,7 +64,13 @@ def test_dataset(strategy, config: TrainConfig, data):
     # AUTO would fall back to DATA.
     policy = "data" if config.policy == "file" else config.policy
     return inputs.distribute(
-        strategy, make, global_batch=config.global_batch, api="dataset", policy=policy, drop_remainder=False
+        strategy,
+        make,
+        global_batch=config.global_batch,
+        api="dataset",
+        policy=policy,
+        drop_remainder=False,
+        transform=inputs.transform_for(data),
     )
 
 
@@ -89,12 +107,22 @@ class Controller:
     """
 
     def __init__(
-        self, config: TrainConfig, run_dir, *, resume: bool = False, stop: StopFlag | None = None, on_record=None
+        self,
+        config: TrainConfig,
+        run_dir,
+        *,
+        resume: bool = False,
+        stop: StopFlag | None = None,
+        on_record=None,
+        task=None,
+        data=None,
     ):
         """`config` is the run's configuration; for a resume, build it with `runs.resume_config`
         (also `controller.resume_config`) and pass `resume=True`. `stop`: a `StopFlag` whose
         `set()`, from any thread, stops `run()` at the end of its loop with a checkpoint.
         `on_record(record)` is called with each record as it is written to `metrics.jsonl`.
+        `task`: a `distcore.Task` object to train (default: the one config.task names); `data`: a
+        `distcore.Arrays` for config.data "arrays" (kept in the run folder as data.npz).
 
         With `config.workers > 1` this process is one worker of a TF_CONFIG cluster:
         the chief writes `run_dir`, the others a temporary folder of their own.
@@ -102,6 +130,7 @@ class Controller:
         self.closed = True  # until set up: __del__ has nothing to let go of
         check_arguments(config, stop, on_record)
         self.config, self.run_dir = config, runs.run_path(run_dir)
+        self.given_task, self.given_data = task, data
         self.stop = stop or StopFlag()
         self.on_record = on_record or (lambda record: None)
         self.lock = self.write_dir = self.sampler = None
@@ -163,13 +192,38 @@ class Controller:
         # for the corrected command to find "already holds a run". (Read after it, so a stop is
         # honoured while the files are read.)
         notes = []
-        folder = locate_data(config, self.run_dir, resume, notes.append)
+        self.task_object = tasks.from_config(config, self.run_dir, given=self.given_task)
+        examples = self.read_data(resume, notes)
         self.prepare_dir(resume)
-        self.set_up(folder, resume, notes)
+        self.set_up(examples, resume, notes)
 
-    def set_up(self, folder, resume: bool, notes: list[str]) -> None:
+    def read_data(self, resume: bool, notes: list[str]):
+        """The run's examples, checked against the task before the run folder is touched (a mistyped
+        --data-dir or a model that does not fit the data leaves no config.json behind). Fashion-MNIST
+        for the built-in classifier is only located here and read after the folder is claimed, so a
+        stop is honoured while the files are read."""
         config = self.config
-        self.data = data_lib.subset(data_lib.read_dir(folder), config.train_examples, config.test_examples)
+        if self.given_data is not None:
+            if not isinstance(self.given_data, datasets.Arrays):
+                raise DistcoreError(f"data must be a distcore.Arrays, not {type(self.given_data).__name__}.")
+            examples = self.given_data.examples()
+        elif config.data == "fashion-mnist":
+            folder = locate_data(config, self.run_dir, resume, notes.append)
+            built_in = type(self.task_object) is tasks.Classifier and config.model in tasks.BUILT_IN_MODELS
+            if built_in:
+                return folder
+            examples = data_lib.read_dir(folder)
+        else:
+            examples = datasets.load(config.data, data_dir=config.data_dir, run_dir=self.run_dir)
+        examples = data_lib.subset(examples, config.train_examples, config.test_examples)
+        self.task_object.check_data(examples)
+        return examples
+
+    def set_up(self, examples, resume: bool, notes: list[str]) -> None:
+        config = self.config
+        if isinstance(examples, Path):
+            examples = data_lib.subset(data_lib.read_dir(examples), config.train_examples, config.test_examples)
+        self.data = examples
         if config.workers > 1:
             with self.stop.while_connecting(
                 announce=self.waiting_message(), remind=self.still_waiting_message(), put_back=self.status_before
@@ -178,7 +232,9 @@ class Controller:
             self.check_same_flags(resume)  # before any other collective: mismatched ones hang
         else:
             self.strategy = devices.make_strategy(config.devices)
-        self.runner = StepRunner(self.strategy, config)
+        self.runner = StepRunner(self.strategy, config, self.task_object)
+        if self.task.is_chief and not resume and isinstance(self.task_object, tasks.Classifier):
+            self.task_object.save_architecture(self.run_dir)
         self.saver = checkpoints.Saver(
             self.runner.checkpoint(),
             self.write_dir / "checkpoints",
@@ -194,7 +250,7 @@ class Controller:
         for message in notes:
             self.log_event("fallback", message)
         self.writer = events.writer(self.write_dir / "logs")
-        self.write_losses = events.series_writer(self.writer, "train/loss")
+        self.write_series = {name: events.series_writer(self.writer, f"train/{name}") for name in self.runner.names}
         if self.sampler is not None:
             # The sampler's thread holds the runner's step, never the Controller: a Controller
             # dropped unrun is collected, and its __del__ lets go of the run.
@@ -356,6 +412,8 @@ class Controller:
             # installed the signal handler first), so say the process is there.
             self.status_before = self.stop.status_before(self.run_dir) if resume else None  # for put_back()
             previous_step = (self.status_before or {}).get("step", 0)
+            if self.given_data is not None and not resume:  # the run's own copy: resume and evaluate read it
+                self.given_data.save(self.run_dir / datasets.RUN_DATA_FILE)
             runs.write_json_atomic(
                 self.run_dir / "status.json",
                 {
@@ -488,14 +546,13 @@ class Controller:
         logged = any(r.get("event") == "checkpoint" and r.get("step") == step for r in runs.read_metrics(self.run_dir))
         if not self.resumed_from or logged:
             return
-        test_loss, test_accuracy = self.test_pass()
+        tested = self.test_pass()
         self.emit(
             {
                 "event": "checkpoint",
                 "step": step,
                 "checkpoint": self.resumed_from,
-                "test_loss": test_loss,
-                "test_accuracy": test_accuracy,
+                **tested,
                 "message": f"{self.resumed_from}, tested now: its process ended before it logged it",
             }
         )
@@ -535,6 +592,7 @@ class Controller:
             api=self.config.api,
             policy=self.config.policy,
             drop_remainder=self.config.drop_remainder,
+            transform=inputs.transform_for(self.data),
         )
         pipeline = [dist, iter(dist)]
         del dist  # the list holds the only references, so drop_later frees them off this thread
@@ -551,14 +609,14 @@ class Controller:
         while step < limit and not self.stopping():
             chunk = int(min(self.steps_to_boundary(step), limit - step, self.steps_to_checkpoint(step)))
             started = time.perf_counter()
-            losses, counts = self.runner.train_steps(iterator, tf.constant(chunk, tf.int32))
-            losses, counts = losses.numpy(), counts.numpy()  # the one host sync per chunk
+            values, counts = self.runner.train_steps(iterator, tf.constant(chunk, tf.int32))
+            values, counts = values.numpy(), counts.numpy()  # the one host sync per chunk
             elapsed = time.perf_counter() - started
-            if len(losses):
-                self.log_steps(step, epoch + 1, losses, counts, elapsed if timed else None)
-                step += len(losses)
+            if len(values):
+                self.log_steps(step, epoch + 1, values, counts, elapsed if timed else None)
+                step += len(values)
                 if timed:
-                    self.last_timing = (float(counts.sum() / elapsed), elapsed / len(losses))
+                    self.last_timing = (float(counts.sum() / elapsed), elapsed / len(values))
                 # An untimed chunk shows the last timed one's speed, else none (after a resume a
                 # traced chunk would claim minutes for seconds).
                 speed, step_seconds = self.last_timing or (None, None)
@@ -571,7 +629,7 @@ class Controller:
             timed = True
             # Closed before any checkpoint of this step is saved: a checkpoint of the epoch's
             # last step must hold the closed epoch, or a resume from it retrains nothing.
-            if len(losses) < chunk or self.epoch_done():  # the iterator ran out, or is about to
+            if len(values) < chunk or self.epoch_done():  # the iterator ran out, or is about to
                 self.end_epoch(epoch + 1, step)
                 return
             if self.config.checkpoint_every and step % self.config.checkpoint_every == 0:
@@ -593,40 +651,38 @@ class Controller:
         every = self.config.checkpoint_every
         return every - step % every if every else self.config.steps_per_loop
 
-    def log_steps(self, first_step, epoch, losses, counts, elapsed):
-        """Step records; `elapsed` None for a chunk that traced or started an epoch's iterator,
-        whose 7-800 examples/s say nothing of the speed (in metrics.jsonl, the CSV export and
-        TensorBoard alike)."""
+    def log_steps(self, first_step, epoch, values, counts, elapsed):
+        """Step records, one scalar per task metric ("loss"; the GAN's "d_loss" and "g_loss");
+        `elapsed` None for a chunk that traced or started an epoch's iterator, whose 7-800
+        examples/s say nothing of the speed (in metrics.jsonl, the CSV export and TensorBoard alike)."""
         speed = {} if elapsed is None else {"examples_per_sec": round(float(counts.sum() / elapsed), 1)}
-        for i, (loss, count) in enumerate(zip(losses, counts)):
-            self.emit(
-                {"step": first_step + i + 1, "epoch": epoch, "loss": float(loss), "examples": int(count), **speed}
-            )
+        names = self.runner.names
+        for i, (row, count) in enumerate(zip(values, counts)):
+            scalars = {name: float(row[j]) for j, name in enumerate(names)}
+            self.emit({"step": first_step + i + 1, "epoch": epoch, **scalars, "examples": int(count), **speed})
+        steps = tf.range(first_step + 1, first_step + 1 + len(values), dtype=tf.int64)
         with events.summaries(self.writer, self.write_dir / "logs"):
-            self.write_losses(
-                tf.range(first_step + 1, first_step + 1 + len(losses), dtype=tf.int64), tf.constant(losses, tf.float32)
-            )
+            for j, name in enumerate(names):
+                self.write_series[name](steps, tf.constant(values[:, j], tf.float32))
             if speed:
-                tf.summary.scalar("train/examples_per_sec", speed["examples_per_sec"], step=first_step + len(losses))
+                tf.summary.scalar("train/examples_per_sec", speed["examples_per_sec"], step=first_step + len(values))
 
     def end_epoch(self, epoch: int, step: int) -> None:
-        train_loss, train_accuracy = self.runner.end_epoch()
-        test_loss, test_accuracy = self.test_pass()
-        record = {
-            "epoch": epoch,
-            "step": step,
-            "train_loss": train_loss,
-            "train_accuracy": train_accuracy,
-            "test_loss": test_loss,
-            "test_accuracy": test_accuracy,
-        }
+        trained = self.runner.end_epoch()
+        tested = self.test_pass()
+        record = {"epoch": epoch, "step": step, **trained, **tested}
         self.emit(record)
         with events.summaries(self.writer, self.write_dir / "logs"):
-            for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+            for key in (*trained, *tested):
                 tf.summary.scalar(f"epoch/{key}", record[key], step=step)
-        self.save_checkpoint(step, tested=(test_loss, test_accuracy))
+        self.save_checkpoint(step, tested=tested)
 
-    def test_pass(self) -> tuple[float, float]:
+    def write_artifacts(self, step: int) -> None:
+        """The task's own files (the GAN's image grid), by the chief only."""
+        if self.task.is_chief:
+            self.task_object.artifacts(self.run_dir, step)
+
+    def test_pass(self) -> dict:
         """The test set's loss and accuracy; its time goes into the ETA (run at every checkpoint
         and epoch end; left out, an ETA of 0.55 s comes true 8.7 s later), but not the first
         pass's, which also traces: counted at 3x, it predicts the end of a 15 s run 10 s late."""
@@ -645,17 +701,10 @@ class Controller:
     def save_checkpoint(self, step: int, tested=None) -> None:
         if step == 0 or self.saver.has(step):
             return
-        test_loss, test_accuracy = tested or self.test_pass()
+        tested = tested or self.test_pass()
         name = self.saver.save(step)
-        self.emit(
-            {
-                "event": "checkpoint",
-                "step": step,
-                "checkpoint": name,
-                "test_loss": test_loss,
-                "test_accuracy": test_accuracy,
-            }
-        )
+        self.write_artifacts(step)
+        self.emit({"event": "checkpoint", "step": step, "checkpoint": name, **tested})
 
 
 TEST_EXAMPLE_COST = 0.5  # of a training example's time (measured 0.4-0.6 at 1 and 4 replicas)

@@ -1,4 +1,4 @@
-"""Fashion-MNIST from the original IDX files, as uint8 numpy arrays (no TensorFlow here).
+"""Fashion-MNIST (and MNIST) from the original IDX files, as uint8 numpy arrays (no TensorFlow here).
 
 Where it looks, in order:
   1. an explicit directory (`data_dir` / `--data-dir`, or `$DISTCORE_DATA_DIR`);
@@ -12,6 +12,7 @@ shapes, label range) so a truncated or foreign file fails loudly.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,13 +53,31 @@ HOW_TO_GET = (
 )
 
 
-@dataclass(frozen=True)
-class FashionMNIST:
-    train_images: np.ndarray  # (60000, 28, 28) uint8
-    train_labels: np.ndarray  # (60000,) uint8
-    test_images: np.ndarray  # (10000, 28, 28) uint8
-    test_labels: np.ndarray  # (10000,) uint8
+@dataclass(frozen=True, eq=False)
+class Examples:
+    """A training and a test split as numpy arrays, with what the pipeline needs to know of them.
+
+    Fashion-MNIST's: images (N, 28, 28) uint8, labels (N,) uint8 of 10 classes. `channel`: the
+    images get a channel axis in the pipeline (the built-in datasets; a user's arrays keep their shape).
+    """
+
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
     source: str
+    name: str = "fashion-mnist"
+    classes: int = 10
+    channel: bool = True
+
+    def transform_x(self, x):
+        """Examples as training's pipeline hands them to the model (a TensorFlow tensor)."""
+        from .inputs import transform_for
+
+        return transform_for(self)(x, np.zeros(len(x), np.int32))[0]
+
+
+FashionMNIST = Examples  # the name of the one dataset distcore first trained on
 
 
 def home_folder() -> Path | None:
@@ -111,7 +130,7 @@ def read_idx(path: Path, magic: int, shape: tuple[int, ...]) -> np.ndarray:
     return body.reshape(shape)
 
 
-def read_dir(folder: Path) -> FashionMNIST:
+def read_dir(folder: Path, name: str = "fashion-mnist") -> Examples:
     arrays = {}
     for key, filename in FILES.items():
         split = key.split("_")[0]
@@ -122,7 +141,7 @@ def read_dir(folder: Path) -> FashionMNIST:
             arrays[key] = read_idx(folder / filename, 2049, (n,))
             if arrays[key].max() > 9:
                 raise DistcoreError(f"{folder / filename} has labels above 9: the file is damaged. {HOW_TO_GET}")
-    return FashionMNIST(**arrays, source=str(folder))
+    return Examples(**arrays, source=str(folder), name=name)
 
 
 def has_files(folder: Path) -> bool:
@@ -133,7 +152,7 @@ def missing_files(folder: Path) -> str:
     return ", ".join(name for name in FILES.values() if not (folder / name).is_file())
 
 
-def load(data_dir=None, download: bool | None = None, saved_in=None, on_note=None) -> FashionMNIST:
+def load(data_dir=None, download: bool | None = None, saved_in=None, on_note=None) -> Examples:
     """Load Fashion-MNIST from the first place that has it (see the module docstring)."""
     return read_dir(locate(data_dir, download, saved_in, on_note))
 
@@ -190,12 +209,18 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=N
     raise DistcoreError(f"Fashion-MNIST not found (looked in: {'; '.join(tried)}). {HOW_TO_GET}")
 
 
-def subset(data: FashionMNIST, train_examples: int, test_examples: int) -> FashionMNIST:
+def subset(data: Examples, train_examples: int, test_examples: int) -> Examples:
     """The first N examples of each split: deterministic, so runs can be compared."""
-    return FashionMNIST(
-        data.train_images[:train_examples],
-        data.train_labels[:train_examples],
-        data.test_images[:test_examples],
-        data.test_labels[:test_examples],
-        data.source,
+    for split, asked, rows in (("train", train_examples, data.train_labels), ("test", test_examples, data.test_labels)):
+        if asked > len(rows):
+            raise DistcoreError(
+                f"{split} examples ({asked}) is more than the data's {len(rows)} {split} rows ({data.source}): "
+                f"choose at most {len(rows)}."
+            )
+    return dataclasses.replace(
+        data,
+        train_images=data.train_images[:train_examples],
+        train_labels=data.train_labels[:train_examples],
+        test_images=data.test_images[:test_examples],
+        test_labels=data.test_labels[:test_examples],
     )

@@ -54,6 +54,18 @@ def normalize(images, labels):
     return images[..., tf.newaxis], tf.cast(labels, tf.int32)
 
 
+def scale_and_cast(x, labels):
+    """A user's arrays: uint8 scaled to [0, 1] as images are, anything else cast to float32 as it is."""
+    x = tf.cast(x, tf.float32) * (1.0 / 255.0) if x.dtype == tf.uint8 else tf.cast(x, tf.float32)
+    return x, tf.cast(labels, tf.int32)
+
+
+def transform_for(examples):
+    """The per-batch map for `examples`: the built-in datasets' normalize (which adds the channel
+    axis), or scale_and_cast for a user's arrays, whose shape is the user's model's."""
+    return normalize if getattr(examples, "channel", True) else scale_and_cast
+
+
 def distribute(
     strategy,
     make_examples,

@@ -1,28 +1,26 @@
-"""The inner loop: one replica step, and N steps per `tf.function` call.
+"""The inner loop: a task's replica step, and N steps per `tf.function` call.
 
 This module knows how to run steps, not when: the outer loop (controller.py)
-decides how many steps to run, when to test, checkpoint, log and stop.
+decides how many steps to run, when to test, checkpoint, log and stop. What one
+step does is the task's (tasks.py): the loop hands each replica its piece of the
+batch and the step's global example count, and sums the replicas' metrics.
 
-The loss follows the custom-training tutorial: per-example losses with no
-reduction, summed and divided by the *global* batch size
-(`tf.nn.compute_average_loss`), plus `tf.nn.scale_regularization_loss` of the
-model's own losses, so that summing the replicas' gradients (what
-MirroredStrategy does) gives the gradient of the global batch's mean loss.
-Current TensorFlow spells the tutorial's `experimental_run_v2` as `run`, and
-Keras 3 losses take `reduction="none"` instead of `Reduction.NONE`.
+Losses follow the custom-training tutorial: per-example losses with no
+reduction, summed and divided by the *global* batch size, so that summing the
+replicas' gradients (what MirroredStrategy does) gives the gradient of the
+global batch's mean loss. Current TensorFlow spells the tutorial's
+`experimental_run_v2` as `run`, and Keras 3 losses take `reduction="none"`
+instead of `Reduction.NONE`.
 """
 
 from __future__ import annotations
 
 import logging
 
-import keras
 import tensorflow as tf
 
-from . import inputs
+from . import inputs, tasks
 from .config import TrainConfig
-from .model import create_model, forward
-from .optimizer import create_optimizer
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -54,129 +52,122 @@ def quiet_own_tracing(name: str = f"{__name__}.StepRunner object") -> None:
 
 
 class StepRunner:
-    """Model, optimizer, metrics and compiled step loops for one strategy."""
+    """A task's models and metrics, the loop's own state, and the compiled step loops, for one strategy."""
 
-    def __init__(self, strategy, config: TrainConfig):
+    def __init__(self, strategy, config: TrainConfig, task=None):
         self.strategy = strategy
         self.config = config
+        self.task = task if task is not None else tasks.from_config(config)
+        self.names = tuple(self.task.metrics)
         # Same initial weights on any device set, and in any thread of a process.
         with inputs.seeded(config.seed), strategy.scope():
-            self.model = create_model(config.model, config.l2)
-            self.optimizer = create_optimizer(config.optimizer, config.learning_rate)
-            # Keras 3 trap: with 2+ replicas, optimizer slots created lazily inside the
-            # first replicated step fail ("You must feed a value for placeholder tensor").
-            self.optimizer.build(self.model.trainable_variables)
-            self.train_accuracy = keras.metrics.SparseCategoricalAccuracy(name="train_accuracy")
-            self.test_loss = keras.metrics.Mean(name="test_loss")
-            self.test_accuracy = keras.metrics.SparseCategoricalAccuracy(name="test_accuracy")
+            self.task.build(config)
             only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first, name="step")
             # Where in the data the run is: completed epochs and steps into the current one.
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
             self.epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
-            # The epoch's running loss (sum of loss x examples) and example count, so a
-            # resumed epoch reports the same train loss as an uninterrupted one.
-            self.epoch_loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=only_first)
+            # The epoch's running sum of each metric x examples, and the example count, so a
+            # resumed epoch reports the same train metrics as an uninterrupted one.
+            self.epoch_sums = {
+                name: tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=only_first) for name in self.names
+            }
             self.epoch_examples = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
-        self.loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        self.test_batches = tf.Variable(0, dtype=tf.int64, trainable=False)  # host-side: not in checkpoints
         quiet_own_tracing()
         self.train_steps = tf.function(self._train_steps)
         self.test_pass = tf.function(self._test_pass)
 
+    @property
+    def model(self):  # the classifier's model (tests and the loss check read it)
+        return self.task.model
+
     def checkpoint(self) -> tf.train.Checkpoint:
-        # Keras 3 metrics are not trackable themselves; their variables are.
-        accuracy_state = {f"train_accuracy_{v.name}": v for v in self.train_accuracy.variables}
+        sums = {f"epoch_{name}_sum": variable for name, variable in self.epoch_sums.items()}
         return tf.train.Checkpoint(
-            model=self.model,
-            optimizer=self.optimizer,
             step=self.step,
             epoch=self.epoch,
             epoch_steps=self.epoch_steps,
-            epoch_loss_sum=self.epoch_loss_sum,
             epoch_examples=self.epoch_examples,
-            **accuracy_state,
+            **sums,
+            **self.task.checkpoint_items(),
         )
 
     # --- replica context -------------------------------------------------------------
 
-    def compute_loss(self, labels, logits, global_batch):
-        per_example_loss = self.loss_object(labels, logits)
-        loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch)
-        if self.model.losses:
-            loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
-        return loss
-
-    def replica_train_step(self, images, labels):
+    def replica_train_step(self, batch, step):
         # The global batch size is the number of examples in this step across all
         # replicas: the configured G, except for a partial last batch. Dividing that
         # one by G would report (and train on) a loss scaled down by n/G.
-        local = tf.shape(labels)[0]
+        local = tf.shape(tf.nest.flatten(batch)[0])[0]
         global_batch = tf.distribute.get_replica_context().all_reduce(SUM, local)
-        with tf.GradientTape() as tape:
-            logits = forward(self.model, images, training=True)
-            loss = self.compute_loss(labels, logits, global_batch)
-        grads = tape.gradient(loss, self.model.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        self.train_accuracy.update_state(labels, logits)
-        return loss, local
+        values = self.task.train_step(batch, tasks.StepContext(global_batch, local, step, self.config.seed))
+        return tf.stack([tf.cast(values[name], tf.float32) for name in self.names]), local
 
-    def replica_test_step(self, images, labels):
-        logits = forward(self.model, images, training=False)
-        self.test_loss.update_state(self.loss_object(labels, logits))
-        self.test_accuracy.update_state(labels, logits)
+    def replica_test_step(self, batch, index):
+        local = tf.shape(tf.nest.flatten(batch)[0])[0]
+        global_batch = tf.distribute.get_replica_context().all_reduce(SUM, local)
+        self.task.test_step(batch, tasks.StepContext(global_batch, local, index, self.config.seed))
 
     # --- cross-replica context ----------------------------------------------------------
 
     def _train_steps(self, iterator, num_steps):
         """Run up to `num_steps` steps; stop early, cleanly, when the iterator runs out.
 
-        Returns the per-step global losses and example counts (host reads them once
-        per call, not once per step).
+        Returns each step's global metrics (steps x metrics) and example counts (host reads
+        them once per call, not once per step).
         """
-        losses = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+        values = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[len(self.names)])
         counts = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
         done = tf.constant(0)
         for _ in tf.range(num_steps):
             optional = iterator.get_next_as_optional()
             if not optional.has_value():
                 break
-            images, labels = optional.get_value()
-            per_replica_loss, per_replica_count = self.strategy.run(self.replica_train_step, args=(images, labels))
-            loss = self.strategy.reduce(SUM, per_replica_loss, axis=None)
+            step = self.step + tf.cast(done, tf.int64) + 1
+            per_replica, per_replica_count = self.strategy.run(
+                self.replica_train_step, args=(optional.get_value(), step)
+            )
+            value = self.strategy.reduce(SUM, per_replica, axis=None)
             count = self.strategy.reduce(SUM, per_replica_count, axis=None)
-            losses = losses.write(done, loss)
+            values = values.write(done, value)
             counts = counts.write(done, count)
-            self.epoch_loss_sum.assign_add(tf.cast(loss, tf.float64) * tf.cast(count, tf.float64))
+            weight = tf.cast(count, tf.float64)
+            for i, name in enumerate(self.names):
+                self.epoch_sums[name].assign_add(tf.cast(value[i], tf.float64) * weight)
             self.epoch_examples.assign_add(tf.cast(count, tf.int64))
             done += 1
         self.step.assign_add(tf.cast(done, tf.int64))
         self.epoch_steps.assign_add(tf.cast(done, tf.int64))
-        return losses.stack(), counts.stack()
+        return values.stack(), counts.stack()
 
     def _test_pass(self, iterator):
-        for images, labels in iterator:
-            self.strategy.run(self.replica_test_step, args=(images, labels))
+        self.test_batches.assign(0)
+        for batch in iterator:  # each batch numbered, for tasks that draw random numbers per batch
+            self.strategy.run(self.replica_test_step, args=(batch, self.test_batches.read_value()))
+            self.test_batches.assign_add(1)
 
     # --- plain-Python views -------------------------------------------------------------
 
-    def run_test(self, dist_dataset) -> tuple[float, float]:
-        self.test_loss.reset_state()
-        self.test_accuracy.reset_state()
+    def run_test(self, dist_dataset) -> dict:
+        """The task's test metrics over `dist_dataset` ({"test_loss": ..., "test_accuracy": ...} for a classifier)."""
+        self.task.reset_test()
         # The iterator is made here, eagerly: made inside the tf.function, it would read
         # the dataset's options in graph mode, and TensorFlow warns about that in the run log.
         pipeline = [iter(dist_dataset)]
         self.test_pass(pipeline[0])
         inputs.drop_later(pipeline)
-        return float(self.test_loss.result()), float(self.test_accuracy.result())
+        return self.task.test_results()
 
-    def end_epoch(self) -> tuple[float, float]:
-        """Close the epoch: return its train loss and accuracy and reset the counters."""
-        examples = int(self.epoch_examples.numpy())
-        loss = float(self.epoch_loss_sum.numpy()) / max(examples, 1)
-        accuracy = float(self.train_accuracy.result())
-        self.epoch_loss_sum.assign(0.0)
+    def end_epoch(self) -> dict:
+        """Close the epoch: return its train metrics ("train_<name>" means, and the task's own) and reset."""
+        examples = max(int(self.epoch_examples.numpy()), 1)
+        results = {f"train_{name}": float(var.numpy()) / examples for name, var in self.epoch_sums.items()}
+        results.update(self.task.epoch_results())
+        for var in self.epoch_sums.values():
+            var.assign(0.0)
         self.epoch_examples.assign(0)
-        self.train_accuracy.reset_state()
+        self.task.reset_epoch()
         self.epoch.assign_add(1)
         self.epoch_steps.assign(0)
-        return loss, accuracy
+        return results

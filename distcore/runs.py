@@ -587,6 +587,43 @@ def well_formed(record) -> bool:
     return isinstance(record, dict) and all(of_kind(key, value, METRICS_KINDS) for key, value in record.items())
 
 
+# Keys of a metrics record that are not a task's scalars.
+RECORD_FIELDS = ("step", "epoch", "examples", "examples_per_sec", "time", "event", "message", "checkpoint")
+
+
+def is_step_record(record: dict) -> bool:
+    """A training step's record: its step, epoch, examples and the task's scalars ("loss"; the GAN's
+    "d_loss" and "g_loss")."""
+    return "event" not in record and "step" in record and "examples" in record
+
+
+def is_epoch_record(record: dict) -> bool:
+    """An epoch's record: "train_<metric>" means and the test metrics, no examples count."""
+    return (
+        "event" not in record
+        and "epoch" in record
+        and "examples" not in record
+        and any(key.startswith("train_") for key in record)
+    )
+
+
+def record_scalars(record: dict) -> dict:
+    """The task's named scalars in a record (in the record's order)."""
+    return {
+        k: v
+        for k, v in record.items()
+        if k not in RECORD_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+def step_metric_names(metrics: list[dict]) -> list[str]:
+    """The scalars the run's step records carry ("loss"; the GAN's "d_loss", "g_loss")."""
+    for record in metrics:
+        if is_step_record(record):
+            return list(record_scalars(record))
+    return []
+
+
 def list_checkpoints(run_dir) -> list[str]:
     """Checkpoint names ('ckpt-STEP'), oldest first, from the files actually on disk."""
     folder = Path(run_dir) / "checkpoints"

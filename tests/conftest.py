@@ -50,6 +50,7 @@ SLOW_MODULES = {
     "test_model",
     "test_optimizer",
     "test_security",
+    "test_tasks",
 }
 SLOW_FIXTURES = {"trained_run", "finished_run", "planner"}
 

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ROOT, cpus
 from distcore import cli as distcore_cli, cluster, data, devices, runs, stopping
+from distcore.config import TrainConfig
 
 SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
 
@@ -412,9 +413,11 @@ def test_argument_errors_answer_in_json_too_and_choices_take_any_case(capsys):
     assert json.loads(out) == {"error": "the following arguments are required: --global-batch"}
     assert err.startswith("usage: python -m distcore split") and "error: the following arguments" in err
     assert distcore_cli.main(["train", "--json", "--run-dir", "x", "--model", "resnet"]) == 2
-    assert "invalid choice: 'resnet' (choose from 'cnn', 'mlp')" in json.loads(capsys.readouterr()[0])["error"]
+    error = json.loads(capsys.readouterr()[0])["error"]
+    assert error == "model ('resnet') must be one of: cnn, mlp, or module:function (a Keras model factory)."
     args = distcore_cli.build_parser().parse_args(["train", "--run-dir", "x", "--model", "CNN", "--policy", "DATA"])
-    assert (args.model, args.policy) == ("cnn", "data")  # as the configuration itself reads them
+    assert args.policy == "data"  # as the configuration itself reads it
+    assert TrainConfig(devices=("cpu:0",), model=args.model).model == "cnn"  # (module:function keeps its case)
     # No abbreviations: this would have been --replicas-per-worker 2 (4 GPUs on a GPU host).
     assert distcore_cli.main(["cluster", "--workers", "2", "--replicas", "2", "--run-dir", "x"]) == 2
     err = capsys.readouterr()[1]

@@ -32,7 +32,7 @@ def first_step(fmnist, replicas, n=64, global_batch=64, **overrides):
     )
     losses, counts = runner.train_steps(iter(dist), tf.constant(5))
     assert len(losses) == 1  # one batch in, one step out, then a clean stop
-    return float(losses[0]), int(counts[0]), [v.numpy() for v in runner.model.trainable_variables]
+    return float(losses[0][0]), int(counts[0]), [v.numpy() for v in runner.model.trainable_variables]
 
 
 def single_device_mean_loss(fmnist, n, **overrides):
@@ -40,7 +40,7 @@ def single_device_mean_loss(fmnist, n, **overrides):
     config = TrainConfig(devices=cpus(1), seed=3, **overrides)
     runner = StepRunner(tf.distribute.get_strategy(), config)
     images, labels = inputs.normalize(*batch(fmnist, n))
-    per_example = runner.loss_object(labels, runner.model(images, training=True))
+    per_example = runner.task.loss_object(labels, runner.model(images, training=True))
     return float(tf.reduce_mean(per_example) + tf.add_n(runner.model.losses or [0.0]))
 
 
@@ -137,7 +137,8 @@ def test_test_pass_sees_every_example_and_warns_nothing(fmnist):
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        loss, accuracy = runner.run_test(dist)
+        tested = runner.run_test(dist)
+        loss, accuracy = tested["test_loss"], tested["test_accuracy"]
     # TensorFlow warns when a distributed dataset is iterated inside a tf.function (it reads the
     # dataset's options in graph mode); no run's log shows that warning.
     assert not [w for w in caught if "tf.data options" in str(w.message)]
@@ -146,7 +147,7 @@ def test_test_pass_sees_every_example_and_warns_nothing(fmnist):
     # logits tie to within float32 rounding may go either way, one of the 200 (+0.5 for the quotient). A
     # missed example shows in the loss below, which every example moves by far more than rel=1e-5.
     assert accuracy == pytest.approx(float(np.mean(logits.argmax(axis=1) == labels)), abs=1.5 / 200)
-    per_example = runner.loss_object(labels.astype("int32"), logits)
+    per_example = runner.task.loss_object(labels.astype("int32"), logits)
     assert loss == pytest.approx(float(tf.reduce_mean(per_example)), rel=1e-5)
 
 

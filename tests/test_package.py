@@ -24,7 +24,7 @@ PUBLIC = {
     "evaluate",
     "loss_check",
 }
-USER_COMMANDS = {"devices", "split", "train", "cluster", "evaluate", "loss-check", "bench", "sweep", "runs"}
+USER_COMMANDS = {"devices", "split", "train", "cluster", "evaluate", "export", "loss-check", "bench", "sweep", "runs"}
 HEAVY = ("tensorflow", "keras", "gradio")
 
 

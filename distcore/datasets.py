@@ -1,0 +1,249 @@
+"""Where a run's examples come from: Fashion-MNIST, MNIST, or the user's own arrays.
+
+A run's config.json names its data (`TrainConfig.data`):
+  "fashion-mnist"  the default (data.py finds the files);
+  "mnist"          no Debian or PyPI package ships MNIST's files (the PyPI packages named mnist,
+                   python-mnist and emnist download them), so it is read from Keras's cache
+                   (`keras.datasets.mnist.load_data()` writes $KERAS_HOME/datasets/mnist.npz), from
+                   a folder given as data_dir (mnist.npz, or the four IDX .gz files), or downloaded
+                   by Keras where the machine has internet;
+  "arrays"         the run folder's data.npz, written when a library caller trains on `Arrays`;
+  a path to .npz   a file with arrays x_train, y_train, x_test, y_test (the app's uploads too).
+
+User arrays are checked before anything trains (`check_arrays`): every message says what is
+wrong and what is allowed. No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import data as data_lib, settings
+from .config import DistcoreError
+from .data import Examples
+
+KEYS = ("x_train", "y_train", "x_test", "y_test")
+BUILT_IN = ("fashion-mnist", "mnist")
+ARRAYS = "arrays"  # the run folder's own copy of a library caller's arrays
+RUN_DATA_FILE = "data.npz"
+MAX_CLASSES = 100_000
+MNIST_NPZ = "mnist.npz"
+
+
+@dataclass(frozen=True, eq=False)
+class Arrays:
+    """Your own data as numpy arrays: `Arrays(x_train, y_train, x_test, y_test)`.
+
+    x: one row per example, any shape after the first axis (the same in both splits), numbers;
+    uint8 is scaled to [0, 1] as images are, other types are cast to float32 as they are.
+    y: integer class labels 0..classes-1, one per row. Checked here, with a message that says
+    what is wrong (`DistcoreError`)."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+    def __post_init__(self):
+        checked = check_arrays(dict(zip(KEYS, (self.x_train, self.y_train, self.x_test, self.y_test))))
+        for key in KEYS:
+            object.__setattr__(self, key, checked[key])
+
+    def examples(self, source: str = "arrays") -> Examples:
+        return to_examples({k: getattr(self, k) for k in KEYS}, source)
+
+    def save(self, path: Path) -> None:
+        """Write the arrays as an .npz (uncompressed: read back by memory, fast)."""
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, **{k: getattr(self, k) for k in KEYS})
+        os.replace(tmp, path)
+
+
+def check_arrays(arrays: dict, where: str = "") -> dict:
+    """The four arrays, checked and as plain numpy arrays (labels as int64)."""
+    at = f" in {where}" if where else ""
+    missing = [k for k in KEYS if k not in arrays]
+    if missing:
+        found = ", ".join(sorted(arrays)) or "none"
+        raise DistcoreError(f"the data{at} has no {', '.join(missing)}: it needs {', '.join(KEYS)} (found: {found}).")
+    out = {}
+    for key in KEYS:
+        value = arrays[key]
+        try:
+            array = np.asarray(value)
+        except Exception as err:
+            raise DistcoreError(f"{key}{at} is not an array ({type(err).__name__}).") from None
+        if array.dtype.kind not in "buif":
+            raise DistcoreError(
+                f"{key}{at} holds {array.dtype} values: it must hold numbers (integers or floats), not text or objects."
+            )
+        out[key] = array
+    for split in ("train", "test"):
+        x, y = out[f"x_{split}"], out[f"y_{split}"]
+        if x.ndim < 2:
+            raise DistcoreError(
+                f"x_{split}{at} has shape {x.shape}: it must have one row per example, (examples, features...); "
+                f"a single feature per example is x[:, None]."
+            )
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        if y.ndim != 1:
+            raise DistcoreError(
+                f"y_{split}{at} has shape {y.shape}: it must hold one integer class label per example, "
+                "(examples,); one-hot labels are y.argmax(axis=1)."
+            )
+        if len(x) == 0:
+            raise DistcoreError(f"x_{split}{at} is empty: each split needs at least one example.")
+        if len(x) != len(y):
+            raise DistcoreError(
+                f"x_{split}{at} has {len(x)} rows but y_{split} has {len(y)}: they must have one label per example."
+            )
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            raise DistcoreError(f"x_{split}{at} holds NaN or infinite values: every value must be a finite number.")
+        if y.dtype.kind == "f":
+            if not (np.isfinite(y).all() and (y == np.round(y)).all()):
+                raise DistcoreError(f"y_{split}{at} holds values that are not whole numbers: labels are class numbers.")
+        y = y.astype(np.int64)
+        if y.min() < 0:
+            raise DistcoreError(f"y_{split}{at} holds {int(y.min())}: labels must be class numbers from 0 up.")
+        if y.max() >= MAX_CLASSES:
+            raise DistcoreError(f"y_{split}{at} holds {int(y.max())}: labels must be below {MAX_CLASSES}.")
+        out[f"y_{split}"] = y
+    if out["x_train"].shape[1:] != out["x_test"].shape[1:]:
+        raise DistcoreError(
+            f"x_train{at} has examples of shape {out['x_train'].shape[1:]} but x_test of "
+            f"{out['x_test'].shape[1:]}: both splits must have the same shape after the first axis."
+        )
+    if out["y_test"].max() > out["y_train"].max():
+        raise DistcoreError(
+            f"y_test{at} holds class {int(out['y_test'].max())}, which y_train never has "
+            f"(its labels go up to {int(out['y_train'].max())}): the model could not learn it."
+        )
+    return out
+
+
+def to_examples(arrays: dict, source: str) -> Examples:
+    classes = int(arrays["y_train"].max()) + 1
+    return Examples(
+        arrays["x_train"],
+        arrays["y_train"],
+        arrays["x_test"],
+        arrays["y_test"],
+        source=source,
+        name="arrays",
+        classes=classes,
+        channel=False,
+    )
+
+
+def read_npz(path) -> Examples:
+    """An .npz of x_train, y_train, x_test, y_test, checked (no pickled objects are read)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DistcoreError(f"{path} is not a file: give an .npz with {', '.join(KEYS)}.")
+    if not zipfile.is_zipfile(path):
+        raise DistcoreError(
+            f"{path} is not an .npz file (numpy.savez writes one): save your arrays with "
+            f"np.savez(path, {', '.join(f'{k}={k}' for k in KEYS)})."
+        )
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except ValueError as err:  # an object array needs pickle, which is never read
+        raise DistcoreError(
+            f"{path} holds arrays numpy cannot read without pickle ({err}): save numbers only."
+        ) from None
+    except (OSError, zipfile.BadZipFile, EOFError) as err:
+        raise DistcoreError(f"{path} cannot be read as an .npz file ({err}).") from None
+    return to_examples(check_arrays(arrays, where=str(path)), str(path))
+
+
+def npz_summary(path) -> dict:
+    """Rows, example shape and classes of an .npz, for the app to show (reads and checks it)."""
+    found = read_npz(path)
+    return {
+        "train_rows": len(found.train_labels),
+        "test_rows": len(found.test_labels),
+        "shape": list(found.train_images.shape[1:]),
+        "classes": found.classes,
+    }
+
+
+def mnist_candidates(data_dir=None) -> list[Path]:
+    """Where MNIST may be: the folder given, Keras's cache (its mnist.npz), Keras's /tmp cache."""
+    explicit = [Path(data_dir).expanduser()] if data_dir else []
+    caches = [folder.parent for folder in data_lib.keras_caches()]  # .../datasets
+    return explicit + caches
+
+
+def load_mnist(data_dir=None, download: bool | None = None) -> Examples:
+    tried = []
+    for folder in mnist_candidates(data_dir):
+        if (folder / MNIST_NPZ).is_file():
+            return mnist_from_npz(folder / MNIST_NPZ)
+        if data_lib.has_files(folder):
+            return data_lib.read_dir(folder, name="mnist")
+        tried.append(str(folder))
+    if download is None:
+        download = settings.get("DISTCORE_NO_DOWNLOAD") in ("", "0")
+    if download:
+        try:
+            import keras
+
+            keras.datasets.mnist.load_data()
+        except Exception as err:  # no network, proxy, disk: all the same to the user
+            tried.append(f"Keras download ({type(err).__name__}: {err})")
+        else:
+            for folder in mnist_candidates():
+                if (folder / MNIST_NPZ).is_file():
+                    return mnist_from_npz(folder / MNIST_NPZ)
+    raise DistcoreError(
+        f"MNIST not found (looked in: {'; '.join(tried)}). No Debian or PyPI package ships MNIST's files: "
+        'with internet, run `python -c "import keras; keras.datasets.mnist.load_data()"` (it fills Keras\'s '
+        "cache), or put mnist.npz or the four MNIST .gz files in a folder and give it as --data-dir."
+    )
+
+
+def mnist_from_npz(path: Path) -> Examples:
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {key: npz[key] for key in KEYS}
+    return Examples(
+        arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], source=str(path), name="mnist"
+    )
+
+
+def mnist_available(data_dir=None) -> bool:
+    """True when MNIST can be read without a download (the app offers it then)."""
+    return any((folder / MNIST_NPZ).is_file() or data_lib.has_files(folder) for folder in mnist_candidates(data_dir))
+
+
+def load(name: str, *, data_dir=None, run_dir=None, saved_in=None, on_note=None) -> Examples:
+    """The examples a run's `data` names (see the module docstring)."""
+    if name == "fashion-mnist":
+        return data_lib.load(data_dir, saved_in=saved_in, on_note=on_note)
+    if name == "mnist":
+        return load_mnist(data_dir)
+    if name == ARRAYS:
+        if run_dir is None:
+            raise DistcoreError("the run's data are arrays kept in its folder: name the run folder.")
+        path = Path(run_dir) / RUN_DATA_FILE
+        if not path.is_file():
+            raise DistcoreError(
+                f"the run's arrays ({path}) are gone: train it again with distcore.train(..., Arrays(...))."
+            )
+        found = read_npz(path)
+        return found
+    return read_npz(name)
+
+
+def train_rows(name: str, *, data_dir=None, run_dir=None) -> tuple[int, int]:
+    """(training rows, test rows) of a data source, for defaults and checks."""
+    if name in BUILT_IN:
+        return 60_000, 10_000
+    found = load(name, data_dir=data_dir, run_dir=run_dir)
+    return len(found.train_labels), len(found.test_labels)

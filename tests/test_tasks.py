@@ -1,0 +1,276 @@
+"""Tasks: a user's Keras model on their arrays, the guide's GAN, and a user's own step, each with
+the guarantees of the tutorial classifier: equal first steps on any device set, exact resume,
+evaluation on any device set, export."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import distcore
+from conftest import ROOT, cpus
+from distcore import checkpoints, runs, tasks
+
+
+def make_model():
+    return keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
+
+
+def arrays(n=480, m=120, seed=0):
+    """Three classes set by the signs of two features: a model can learn them."""
+    rng = np.random.default_rng(seed)
+    x, xt = rng.normal(size=(n, 8)).astype("float32"), rng.normal(size=(m, 8)).astype("float32")
+    label = lambda v: (v[:, 0] > 0).astype(int) + (v[:, 1] > 0)  # noqa: E731
+    return distcore.Arrays(x, label(x), xt, label(xt))
+
+
+def step_records(run):
+    return [r for r in run.records if runs.is_step_record(r)]
+
+
+def test_a_users_model_on_their_arrays_takes_the_same_first_step_on_1_2_and_4_replicas(tmp_path):
+    data = arrays()
+    first = {}
+    for r in (1, 2, 4):
+        run = distcore.train(
+            distcore.Classifier(make_model), data, tmp_path / f"r{r}", devices=r, global_batch=32, max_steps=1, seed=1
+        )
+        first[r] = step_records(run)[0]["loss"]
+    assert first[2] == pytest.approx(first[1], rel=1e-5) and first[4] == pytest.approx(first[1], rel=1e-5)
+
+
+def test_the_gan_takes_the_same_first_step_on_1_2_and_4_replicas(tmp_path):
+    first = {}
+    for r in (1, 2, 4):
+        run = distcore.train(
+            "gan", None, tmp_path / f"g{r}", devices=r, max_steps=1, seed=2, train_examples=128, test_examples=64
+        )
+        first[r] = step_records(run)[0]
+    for r in (2, 4):
+        for key in ("d_loss", "g_loss"):
+            assert first[r][key] == pytest.approx(first[1][key], rel=1e-5), (r, key)
+    # Each replica draws its own rows of the global batch's latent vectors: had every replica drawn
+    # the same ones, the 2-replica step would train on 32 distinct fakes and differ.
+    assert 0.3 < first[1]["d_loss"] < 1.5
+
+
+@pytest.fixture(scope="module")
+def mine(tmp_path_factory):
+    """The issue's contract, as written: a user's model on their arrays, trained, kept."""
+    run_dir = tmp_path_factory.mktemp("runs") / "mine"
+    run = distcore.train(
+        distcore.Classifier(make_model),
+        arrays(),
+        run_dir=run_dir,
+        devices=2,
+        global_batch=32,
+        max_steps=40,
+        seed=1,
+        epochs=3,
+        learning_rate=0.01,
+    )
+    return run_dir, run
+
+
+def test_the_contract_trains_records_and_keeps_the_arrays(mine):
+    run_dir, run = mine
+    assert run.state == "finished" and run.step == 40  # 15 steps an epoch (480 examples in 32s); max steps 40
+    assert [r["step"] for r in step_records(run)] == list(range(1, 41))
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["data"] == "arrays" and config["model"] == "test_tasks:make_model"  # importable: named
+    assert (run_dir / "data.npz").is_file()
+    epoch = [r for r in run.records if runs.is_epoch_record(r)][-1]
+    assert epoch["test_accuracy"] > 0.5  # three classes: it learned
+
+
+def test_evaluation_with_no_strategy_and_on_3_replicas_gives_the_same_numbers(mine):
+    run_dir, run = mine
+    none = distcore.evaluate(run_dir, devices=None)
+    three = distcore.evaluate(run_dir, devices=cpus(3))
+    logged = [r for r in run.records if r.get("event") == "checkpoint"][-1]
+    assert none["accuracy"] == three["accuracy"] == pytest.approx(logged["test_accuracy"], abs=1 / 120)
+    assert three["loss"] == pytest.approx(none["loss"], rel=1e-5)
+    assert none["examples"] == 120 and none["devices"] == ["no strategy"]
+
+
+def test_an_exported_model_predicts_what_the_checkpoint_does_with_and_without_a_strategy(mine, tmp_path):
+    run_dir, _ = mine
+    out = distcore.export(run_dir, tmp_path / "mine.keras")
+    assert out["format"] == "keras" and out["checkpoint"] == "ckpt-40"
+    data = arrays()
+    restored = checkpoints.restored(run_dir).runner.task.model(data.x_test).numpy()
+    plain = keras.models.load_model(out["path"])
+    np.testing.assert_allclose(plain(data.x_test).numpy(), restored, rtol=1e-6, atol=1e-6)
+    with tf.distribute.MirroredStrategy(list(cpus(2))).scope():
+        mirrored = keras.models.load_model(out["path"])
+    np.testing.assert_allclose(mirrored(data.x_test).numpy(), restored, rtol=1e-6, atol=1e-6)
+    accuracy = float(np.mean(np.argmax(restored, 1) == data.y_test))
+    assert accuracy == pytest.approx(distcore.evaluate(run_dir, devices=None)["accuracy"], abs=1e-6)
+    saved = distcore.export(run_dir, tmp_path / "mine-sm", format="savedmodel")
+    loaded = tf.saved_model.load(saved["path"])  # (kept: its functions use its variables)
+    served = loaded.serve(tf.constant(data.x_test))
+    np.testing.assert_allclose(served.numpy(), restored, rtol=1e-6, atol=1e-6)
+    with pytest.raises(distcore.DistcoreError, match="already exists"):
+        distcore.export(run_dir, tmp_path / "mine.keras")
+
+
+class Doubled(distcore.Task):
+    """A user's own step, as the loop-from-scratch guide writes one: a linear model trained by
+    plain SGD on a squared error, its loss divided by the global batch."""
+
+    metrics = ("mse",)
+
+    def build(self, config):
+        self.model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        self.optimizer = keras.optimizers.SGD(0.05)
+        self.optimizer.build(self.model.trainable_variables)
+
+    def train_step(self, batch, ctx):
+        x, y = batch
+        target = tf.cast(y, tf.float32)[:, None]
+        with tf.GradientTape() as tape:
+            error = tf.reduce_sum(tf.square(self.model(x, training=True) - target))
+            loss = error / tf.cast(ctx.global_batch, tf.float32)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        return {"mse": loss}
+
+    def checkpoint_items(self):
+        return {"model": self.model, "optimizer": self.optimizer}
+
+
+def test_a_users_own_step_gets_the_outer_loop_checkpoints_and_records(tmp_path):
+    run = distcore.train(Doubled(), arrays(), tmp_path / "own", devices=2, global_batch=48, epochs=3, seed=0)
+    steps = step_records(run)
+    assert run.state == "finished" and [r["step"] for r in steps] == list(range(1, 31))
+    assert set(runs.record_scalars(steps[0])) == {"mse"}
+    assert steps[-1]["mse"] < steps[0]["mse"]  # it learned
+    epochs = [r for r in run.records if runs.is_epoch_record(r)]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3] and "train_mse" in epochs[0]
+    assert runs.list_checkpoints(tmp_path / "own") == ["ckpt-10", "ckpt-20", "ckpt-30"]
+    assert json.loads((tmp_path / "own" / "config.json").read_text())["task"] == "test_tasks:Doubled"
+
+
+USER_MODULE = '''
+import keras
+import tensorflow as tf
+import distcore
+
+
+def make_model():
+    return keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
+
+
+class Mine(distcore.Classifier):
+    """The classifier with the user's model, as a task of a module."""
+
+    def __init__(self):
+        super().__init__(make_model)
+
+
+def make_task():
+    return Mine()
+'''
+
+
+def cli(*args, cwd, **kwargs):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "distcore", *args]
+    return subprocess.Popen(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, **kwargs)
+
+
+def records_until(proc, step=None):
+    """Read JSON records from `proc`; with `step`, SIGKILL it once that step is logged."""
+    seen = []
+    for line in proc.stdout:
+        seen.append(json.loads(line))
+        if step is not None and seen[-1].get("step") == step and runs.is_step_record(seen[-1]):
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=300)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def user_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("user")
+    (folder / "mymodule.py").write_text(USER_MODULE)
+    data = arrays()
+    np.savez(folder / "mine.npz", x_train=data.x_train, y_train=data.y_train, x_test=data.x_test, y_test=data.y_test)
+    return folder
+
+
+FLAGS = ("--replicas", "2", "--global-batch", "16", "--checkpoint-every", "10", "--steps-per-loop", "5")
+
+
+@pytest.mark.parametrize(
+    "what",
+    [("--task", "mymodule:make_task", "--data", "mine.npz"), ("--task", "gan", "--train-examples", "480")],
+    ids=["own-model-on-npz", "gan"],
+)
+def test_a_run_sigkilled_after_a_checkpoint_resumes_with_no_step_twice(user_folder, tmp_path, what):
+    """SIGKILLed at step 17 (after ckpt-10), the run resumes from ckpt-10: steps 11-17 are trained
+    again and logged once, and every step's numbers equal an uninterrupted run's."""
+    test_examples = ("--test-examples", "120") if "gan" in what else ()
+    whole = records_until(
+        cli("train", *what, *FLAGS, *test_examples, "--run-dir", str(tmp_path / "a"), "--json", cwd=user_folder)
+    )
+    killed = cli("train", *what, *FLAGS, *test_examples, "--run-dir", str(tmp_path / "b"), "--json", cwd=user_folder)
+    records_until(killed, step=17)
+    assert runs.list_checkpoints(tmp_path / "b") == ["ckpt-10"]
+    resumed = records_until(cli("train", "--resume", "--run-dir", str(tmp_path / "b"), "--json", cwd=user_folder))
+    assert resumed[0]["event"] == "resume" and resumed[0]["step"] == 10
+    logged = [r for r in runs.read_metrics(tmp_path / "b") if runs.is_step_record(r)]
+    assert [r["step"] for r in logged] == list(range(1, 31))  # each step once
+    reference = {r["step"]: runs.record_scalars(r) for r in whole if runs.is_step_record(r)}
+    for record in logged:
+        for key, value in runs.record_scalars(record).items():
+            if key != "examples_per_sec":
+                assert value == pytest.approx(reference[record["step"]][key], rel=1e-5), (record["step"], key)
+
+
+def test_the_gan_draws_the_same_grid_from_a_checkpoint_on_any_device_set(tmp_path):
+    run = distcore.train(
+        "gan",
+        None,
+        tmp_path / "g",
+        devices=2,
+        max_steps=6,
+        checkpoint_every=3,
+        seed=3,
+        train_examples=640,
+        test_examples=128,
+    )
+    assert run.state == "finished"
+    saved = sorted((tmp_path / "g" / "images").glob("*.png"))
+    assert [p.name for p in saved] == ["step-00000003.png", "step-00000006.png"]
+    none = distcore.evaluate(tmp_path / "g", devices=None)
+    three = distcore.evaluate(tmp_path / "g", devices=cpus(3))
+    for key in ("d_loss", "g_loss"):
+        assert none[key] == pytest.approx(three[key], rel=1e-5)
+    grids = [
+        tf.io.decode_png(Path(p).read_bytes()).numpy().astype(int) for p in (none["grid"], three["grid"], saved[-1])
+    ]
+    assert grids[0].shape == (2 * 242, 2 * 242, 1)  # 8 x 8 images of 28 px with 2 px borders, doubled
+    assert np.abs(grids[0] - grids[1]).max() <= 1 and np.abs(grids[0] - grids[2]).max() <= 1
+    assert np.abs(grids[0] - tf.io.decode_png(saved[0].read_bytes()).numpy()).max() > 1  # it trained between
+    exported = distcore.export(tmp_path / "g", tmp_path / "generator.keras")
+    generator = keras.models.load_model(exported["path"])
+    assert generator.output_shape == (None, 28, 28, 1)
+
+
+def test_task_references_name_what_another_process_can_import():
+    assert tasks.task_reference(distcore.Classifier("mlp")) == ("classifier", "mlp")
+    assert tasks.task_reference(distcore.GAN()) == ("gan", "cnn")
+    assert tasks.task_reference(Doubled()) == ("test_tasks:Doubled", "cnn")
+    with pytest.raises(distcore.DistcoreError, match="was defined in a script or notebook"):
+        tasks.resolve("__main__:make_task")
+    with pytest.raises(distcore.DistcoreError, match="cannot import 'no_such_module'"):
+        tasks.resolve("no_such_module:make")
