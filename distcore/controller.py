@@ -206,6 +206,11 @@ class Controller:
         if self.given_data is not None:
             if not isinstance(self.given_data, datasets.Arrays):
                 raise DistcoreError(f"data must be a distcore.Arrays, not {type(self.given_data).__name__}.")
+            if config.data != datasets.ARRAYS or resume:
+                raise DistcoreError(
+                    "data=Arrays(...) is for a new run whose configuration says data='arrays' (distcore.train "
+                    "sets it); a resume reads the arrays the run folder keeps."
+                )
             examples = self.given_data.examples()
         elif config.data == "fashion-mnist":
             folder = locate_data(config, self.run_dir, resume, notes.append)
