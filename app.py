@@ -24,7 +24,7 @@ if __name__ == "__main__":  # before Gradio's import, which reads GRADIO_SERVER_
     except DistcoreError as e:
         sys.exit(f"error: {e}")
 
-from distcore import jobs, runs, settings as env  # noqa: E402
+from distcore import forms, jobs, runs, settings as env  # noqa: E402
 from webapp.settings import env_max_jobs  # noqa: E402
 from webapp.shell import build_app, launch  # noqa: E402
 
@@ -37,6 +37,7 @@ def main() -> None:
         port = hosting.server_port()
         hosting.check_port_free(host, port)
         max_jobs, root = env_max_jobs(), runs.ready_root()
+        forms.make_offer(root)  # DISTCORE_MODELS, DISTCORE_TASKS and DISTCORE_MAX_UPLOAD_MB, checked
     except DistcoreError as e:
         sys.exit(f"error: {e}")
     hosting.keep_large_blocks_off_the_heap()

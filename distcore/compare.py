@@ -114,7 +114,7 @@ def run_row(run_dir) -> dict:
     devices = config.get("devices") or []
     return {
         "name": run_dir.name,
-        "task": config.get("task", "fashion-mnist"),
+        "task": config.get("task", "classifier"),
         "model": config.get("model"),
         "devices": ",".join(devices) if isinstance(devices, list) else str(devices),
         "replicas": len(devices) * (config.get("workers") or 1) if isinstance(devices, list) else None,
@@ -150,18 +150,19 @@ def picked_dirs(runs_root, picks) -> list[Path]:
     return [follow.existing_run(runs_root, name) for name in picks]
 
 
-def loss_series(metrics: list[dict], x_axis: str = "step", weight: float = 0.0) -> dict:
-    """The training loss against step, examples seen or wall time (seconds since the run first
-    started), raw and smoothed; past MAX_POINTS steps each point is the mean of a few."""
+def loss_series(metrics: list[dict], x_axis: str = "step", weight: float = 0.0, key: str = "loss") -> dict:
+    """A step scalar (the training loss; `key` names another, as the GAN's d_loss) against step,
+    examples seen or wall time (seconds since the run first started), raw and smoothed; past
+    MAX_POINTS steps each point is the mean of a few. Empty for a run whose steps lack it."""
     check_x_axis(x_axis)
-    steps = plots.step_records(metrics)
+    steps = [m for m in plots.step_records(metrics) if isinstance(m.get(key), (int, float))]
     began = start_time(metrics) or 0.0
     seen, xs = 0, []
     times = step_times(steps, began)
     for m, t in zip(steps, times):
         seen += m.get("examples", 0)
         xs.append({"step": m["step"], "examples": seen, "time": t}[x_axis])
-    raw = [m["loss"] for m in steps]
+    raw = [m[key] for m in steps]
     smoothed = smooth(raw, weight)
     k = max(1, math.ceil(len(steps) / MAX_POINTS))
     if k > 1:  # means of k steps at the last of them
@@ -191,9 +192,23 @@ def step_times(steps: list[dict], began: float) -> list[float]:
     return out
 
 
+EPOCH_KEYS = ("epoch", "test_accuracy", "test_loss", "train_loss")  # the classifier's, always listed
+
+
 def epoch_series(metrics: list[dict]) -> dict:
+    """Per epoch: the classifier's test accuracy, test and train loss (None where a run has none),
+    and every other test metric its records hold (the GAN's test_d_loss and test_g_loss)."""
     epochs = plots.epoch_records(metrics)
-    return {key: [m.get(key) for m in epochs] for key in ("epoch", "test_accuracy", "test_loss", "train_loss")}
+    keys = dict.fromkeys(EPOCH_KEYS)
+    for record in epochs:
+        keys.update(dict.fromkeys(k for k in runs.record_scalars(record) if k.startswith("test_")))
+    return {key: [m.get(key) for m in epochs] for key in keys}
+
+
+def scalar_series(metrics: list[dict], x_axis: str, weight: float) -> dict:
+    """The step scalars other than the loss (the GAN's d_loss and g_loss), each as loss_series."""
+    names = [name for name in runs.step_metric_names(metrics) if name != "loss"]
+    return {name: loss_series(metrics, x_axis, weight, key=name) for name in names}
 
 
 def speed_series(metrics: list[dict]) -> dict:
@@ -221,6 +236,7 @@ def comparison(runs_root, picks, x_axis: str = "step", weight: float = 0.0) -> d
             {
                 "name": run_dir.name,
                 "loss": loss_series(metrics, x_axis, weight),
+                "scalars": scalar_series(metrics, x_axis, weight),
                 "epochs": epoch_series(metrics),
                 "speed": speed_series(metrics),
                 "system": runs.read_system(run_dir),
@@ -249,26 +265,28 @@ def shown(value):
 
 
 def write_csv(result: dict, path) -> Path:
-    """The comparison as one CSV: a row per run and step (x, loss, smoothed loss) and per run
-    and epoch (test accuracy and loss); `kind` tells them apart."""
+    """The comparison as one CSV: a row per run and step (x, loss, smoothed loss; a GAN's d_loss
+    and g_loss, each with its smoothed value) and per run and epoch (test accuracy and loss, and
+    other test metrics); `kind` tells them apart."""
     path = Path(path)
-    columns = ["run", "kind", "x_axis", "x", "loss", "smoothed_loss", "epoch", "test_accuracy", "test_loss"]
+    step_names = list(dict.fromkeys(name for run in result["runs"] for name in run.get("scalars", {})))
+    every_epoch_key = dict.fromkeys(k for run in result["runs"] for k in run["epochs"])
+    epoch_keys = [k for k in every_epoch_key if k not in ("epoch", "train_loss")]
+    columns = ["run", "kind", "x_axis", "x", "loss", "smoothed_loss"]
+    columns += [c for name in step_names for c in (name, f"smoothed_{name}")] + ["epoch", *epoch_keys]
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for run in result["runs"]:
-            loss = run["loss"]
-            for x, raw, smoothed in zip(loss["x"], loss["raw"], loss["smoothed"]):
-                writer.writerow(
-                    {
-                        "run": run["name"],
-                        "kind": "step",
-                        "x_axis": result["x_axis"],
-                        "x": x,
-                        "loss": raw,
-                        "smoothed_loss": smoothed,
-                    }
-                )
+            series = {"loss": run["loss"], **run.get("scalars", {})}
+            rows = {}  # (position, x) -> the row of that step: a task's step scalars share their steps
+            for name, values in series.items():
+                smoothed_key = "smoothed_loss" if name == "loss" else f"smoothed_{name}"
+                for i, (x, raw, smoothed) in enumerate(zip(values["x"], values["raw"], values["smoothed"])):
+                    blank = {"run": run["name"], "kind": "step", "x_axis": result["x_axis"], "x": x}
+                    row = rows.setdefault((i, x), blank)
+                    row.update({name: raw, smoothed_key: smoothed})
+            writer.writerows(rows.values())
             ep = run["epochs"]
             for i, epoch in enumerate(ep["epoch"]):
                 writer.writerow(
@@ -276,8 +294,7 @@ def write_csv(result: dict, path) -> Path:
                         "run": run["name"],
                         "kind": "epoch",
                         "epoch": epoch,
-                        "test_accuracy": ep["test_accuracy"][i],
-                        "test_loss": ep["test_loss"][i],
+                        **{k: ep[k][i] for k in epoch_keys if k in ep},
                     }
                 )
     return path

@@ -17,42 +17,52 @@ def colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
+DASHES = ("solid", "dot", "dash", "dashdot")  # a run's step scalars after its loss, one dash each
+
+
+def run_series(run: dict) -> list[tuple[str, dict]]:
+    """(trace name, series) of each step scalar of a run: its loss, named by the run alone; any
+    other (the GAN's d_loss and g_loss) as 'run · d_loss'."""
+    named = [(run["name"], run["loss"])] if run["loss"]["x"] else []
+    return named + [(f"{run['name']} · {key}", series) for key, series in run.get("scalars", {}).items() if series["x"]]
+
+
 def loss_figure(result: dict, log_y: bool = False) -> go.Figure:
-    """Training loss of each run, named by run: the smoothed curve, with the raw one faint behind
-    it (raw alone when smoothing is 0)."""
+    """Training loss of each run, named by run, and a GAN's d_loss and g_loss as 'run · d_loss'
+    (one colour a run, one dash a scalar): the smoothed curve, with the raw one faint behind it
+    (raw alone when smoothing is 0)."""
     fig = go.Figure()
     smoothing = result.get("smoothing", 0)
     for i, run in enumerate(result["runs"]):
-        loss, name = run["loss"], run["name"]
-        if not loss["x"]:
-            continue
-        if smoothing:
+        for j, (name, loss) in enumerate(run_series(run)):
+            line = {"color": colour(i), "dash": DASHES[j % len(DASHES)]}
+            if smoothing:
+                fig.add_trace(
+                    go.Scatter(
+                        x=loss["x"],
+                        y=loss["raw"],
+                        mode="lines",
+                        name=f"{name} (raw)",
+                        legendgroup=name,
+                        showlegend=False,
+                        opacity=0.25,
+                        line={**line, "width": 1},
+                        hoverinfo="skip",
+                    )
+                )
             fig.add_trace(
                 go.Scatter(
                     x=loss["x"],
-                    y=loss["raw"],
+                    y=loss["smoothed"] if smoothing else loss["raw"],
                     mode="lines",
-                    name=f"{name} (raw)",
+                    name=name,
                     legendgroup=name,
-                    showlegend=False,
-                    opacity=0.25,
-                    line={"color": colour(i), "width": 1},
-                    hoverinfo="skip",
+                    line={**line, "width": 2},
+                    hovertemplate=f"{name}<br>%{{x:,}}: %{{y:.4f}}<extra></extra>",
                 )
             )
-        fig.add_trace(
-            go.Scatter(
-                x=loss["x"],
-                y=loss["smoothed"] if smoothing else loss["raw"],
-                mode="lines",
-                name=name,
-                legendgroup=name,
-                line={"color": colour(i), "width": 2},
-                hovertemplate=f"{name}<br>%{{x:,}}: %{{y:.4f}}<extra></extra>",
-            )
-        )
     subtitle = f"smoothing {smoothing:g} (raw faint)" if smoothing else "raw"
-    per_point = max((r["loss"]["per_point"] for r in result["runs"]), default=1)
+    per_point = max((s["per_point"] for r in result["runs"] for _, s in run_series(r)), default=1)
     if per_point > 1:
         subtitle += f" · a point: up to {per_point} steps"
     fig.update_layout(
@@ -67,24 +77,31 @@ def loss_figure(result: dict, log_y: bool = False) -> go.Figure:
 
 
 def epoch_figure(result: dict) -> go.Figure:
-    """Test accuracy and test loss per epoch, one line per run."""
+    """Test accuracy and test loss per epoch, one line per run; a run with no accuracy (a GAN)
+    draws its test losses (test d_loss, test g_loss) in the loss panel, named 'run · d_loss'."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Test accuracy", "Test loss"))
     for i, run in enumerate(result["runs"]):
         ep = run["epochs"]
-        for col, key in ((1, "test_accuracy"), (2, "test_loss")):
+        others = [k for k in ep if k not in compare.EPOCH_KEYS]  # the GAN's test_d_loss, test_g_loss
+        lines = [(1, "test_accuracy", run["name"], "solid"), (2, "test_loss", run["name"], "solid")]
+        lines += [(2, k, f"{run['name']} · {k.removeprefix('test_')}", DASHES[1 + j % 3]) for j, k in enumerate(others)]
+        drawn = [line for line in lines if any(v is not None for v in ep[line[1]])] or lines[:2]
+        named = set()  # a run's name in the legend once, as its first line's
+        for col, key, name, dash in drawn:
             fig.add_trace(
                 go.Scatter(
                     x=ep["epoch"],
                     y=ep[key],
-                    name=run["name"],
-                    legendgroup=run["name"],
-                    showlegend=col == 1,
+                    name=name,
+                    legendgroup=name,
+                    showlegend=name not in named,
                     mode="lines+markers",
-                    line={"color": colour(i)},
+                    line={"color": colour(i), "dash": dash},
                 ),
                 row=1,
                 col=col,
             )
+            named.add(name)
     fig.update_xaxes(title_text="epoch", dtick=1)
     fig.update_layout(
         title={"text": "Per epoch", **plots.BELOW_TOOLBAR},

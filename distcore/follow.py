@@ -145,10 +145,29 @@ def run_record(runs_root, name) -> dict:
         "eta_seconds": p.eta_seconds,
         "checkpoints": list(p.checkpoints),
         "has_config": p.has_config,
-        "latest_step": {k: steps[-1][k] for k in ("step", "epoch", "loss") if k in steps[-1]} if steps else None,
+        "latest_step": latest_step(steps[-1]) if steps else None,
         "latest_epoch": {k: v for k, v in epochs[-1].items() if k != "time"} if epochs else None,
         "message": p.message,
     }
+
+
+def latest_step(record: dict) -> dict:
+    """A step record as /run_status gives it: its step and epoch, and the task's scalars (the
+    classifier's loss; the GAN's d_loss and g_loss)."""
+    return {**{k: record[k] for k in ("step", "epoch") if k in record}, **runs.record_scalars(record)}
+
+
+IMAGES = "images"  # a run's generated images (the GAN's grid), step-00000123.png
+
+
+def latest_image(run_dir) -> Path | None:
+    """The newest image a run's task wrote (the GAN's grid at its latest checkpoint or epoch end),
+    else None. Names carry the step with leading zeros, so the last name is the newest step."""
+    try:
+        found = sorted(p for p in (Path(run_dir) / IMAGES).glob("step-*.png") if p.is_file())
+    except OSError:
+        return None
+    return found[-1] if found else None
 
 
 def run_actions(record: dict | None) -> dict:

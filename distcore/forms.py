@@ -4,13 +4,25 @@ The app's Setup form sends plain values (a device count or GPU checkboxes, numbe
 empty); this module turns them into a checked `TrainConfig` or `SplitConfig`, and turns those into
 the `distcore train` / `cluster` / `split` flags that `cli.add_train_flags` and the `split` parser
 define. The flags are built here only: `tests/test_forms.py` parses them back with the CLI's own
-parser and gets the same configuration. No TensorFlow, no Gradio.
+parser and gets the same configuration. What the form offers (`Offer`: the built-in tasks, models
+and data, those the settings register, and uploaded .npz files, checked and kept by `store_upload`)
+is decided here too, so a value the form sends is always one it offered. No TensorFlow, no Gradio.
 """
 
 from __future__ import annotations
 
-from . import devices as devmod
-from .config import DistcoreError, SplitConfig, TrainConfig, check_int
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import devices as devmod, settings as env
+from .config import REFERENCE, TEST_SIZE, TRAIN_SIZE, DistcoreError, SplitConfig, TrainConfig, check_int
 
 MAX_WORKERS = 8  # worker processes the app offers on one machine
 
@@ -35,6 +47,9 @@ TRAIN_FORM = (
     ("drop", "drop_remainder"),
     ("workers", "workers"),
     ("ckpt_keep", "keep_checkpoints"),
+    ("task", "task"),
+    ("data", "data"),
+    ("upload", "data"),
 )
 
 # The Setup fields a resume passes on: TrainConfig.RESUMABLE less data_dir, which the form does
@@ -62,7 +77,279 @@ FIELD_LABELS = {
     "workers": "worker processes",
     "l2": "L2 weight",
     "data_dir": "data folder",
+    "task": "task",
+    "data": "data",
 }
+
+
+# ---------------------------------------------------------------- what the form offers
+
+BUILT_IN_TASKS = (("Classifier", "classifier"), ("GAN", "gan"))
+BUILT_IN_MODELS = (("CNN", "cnn"), ("MLP", "mlp"))
+DATA_NAMES = {"fashion-mnist": "Fashion-MNIST", "mnist": "MNIST"}
+UPLOAD = "npz"  # the data choice of an uploaded .npz; the form's `upload` field holds its id
+UPLOADS_FOLDER = ".uploads"  # under the runs folder: no run takes a name that starts with "."
+UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")  # the first 16 hex digits of the file's SHA-256
+UNPACKED_FACTOR = 10  # an upload's arrays unpack to at most this many times the upload limit
+GAN_SHAPES = ((28, 28), (28, 28, 1))  # the images the GAN's discriminator takes
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What the app's training form offers besides the built-ins: the models and tasks registered
+    by DISTCORE_MODELS and DISTCORE_TASKS, as (name, module:function) pairs; MNIST when this
+    machine has it; the folder of checked uploads. A value the form sends must be one of these,
+    so a client never names a function or a file of its own."""
+
+    models: tuple[tuple[str, str], ...] = ()
+    tasks: tuple[tuple[str, str], ...] = ()
+    mnist: bool = False
+    uploads: Path | None = None
+    max_upload_bytes: int = 200 * 2**20
+
+
+def registered(setting: str, text) -> tuple[tuple[str, str], ...]:
+    """The (name, module:function) pairs of a DISTCORE_MODELS or DISTCORE_TASKS value,
+    "name=module:function" comma-separated; DistcoreError for one of another form or a name taken."""
+    pairs, taken = [], {"cnn", "mlp", "classifier", "gan", "saved", UPLOAD}
+    for item in filter(None, (part.strip() for part in str(text or "").split(","))):
+        name, equals, reference = (part.strip() for part in item.partition("="))
+        if not equals or not re.fullmatch(r"[A-Za-z0-9][\w.-]{0,39}", name) or not REFERENCE.match(reference):
+            raise DistcoreError(
+                f"{setting}: {item!r} must be name=module:function (say wide=mymodels:wide_cnn), names of "
+                "1-40 letters, digits, '_', '.' or '-', entries separated by commas."
+            )
+        if name.lower() in taken:
+            raise DistcoreError(f"{setting}: the name {name!r} is taken (built in, or listed twice): choose another.")
+        taken.add(name.lower())
+        pairs.append((name, reference))
+    return tuple(pairs)
+
+
+def make_offer(runs_root, mnist: bool | None = None) -> Offer:
+    """What an app on `runs_root` offers, from the settings (DistcoreError for a bad one). `mnist`:
+    whether this machine has MNIST (None: look, datasets.mnist_available)."""
+    from . import datasets
+
+    megabytes = check_int("DISTCORE_MAX_UPLOAD_MB", env.get("DISTCORE_MAX_UPLOAD_MB"), low=1, high=10**6)
+    return Offer(
+        models=registered("DISTCORE_MODELS", env.get("DISTCORE_MODELS")),
+        tasks=registered("DISTCORE_TASKS", env.get("DISTCORE_TASKS")),
+        mnist=datasets.mnist_available() if mnist is None else bool(mnist),
+        uploads=Path(runs_root) / UPLOADS_FOLDER,
+        max_upload_bytes=megabytes * 2**20,
+    )
+
+
+def task_choices(offer: Offer) -> list[tuple[str, str]]:
+    return [*BUILT_IN_TASKS, *offer.tasks]
+
+
+def model_choices(offer: Offer) -> list[tuple[str, str]]:
+    return [*BUILT_IN_MODELS, *offer.models]
+
+
+def data_choices(offer: Offer) -> list[tuple[str, str]]:
+    built_in = [(label, key) for key, label in DATA_NAMES.items() if key != "mnist" or offer.mnist]
+    return [*built_in, ("Your .npz", UPLOAD)]
+
+
+def pick(kind: str, value, choices, setting: str) -> str:
+    """The form's task or model as TrainConfig takes it: one of `choices` ((label, value) pairs),
+    named by its value or its label."""
+    text = "" if value is None else str(value).strip()
+    for label, key in choices:
+        if text == key or text.lower() == label.lower():
+            return key
+    offered = ", ".join(key if key == label.lower() else f"{label} ({key})" for label, key in choices)
+    if not text:
+        raise DistcoreError(f"{kind} is empty: it must be one of: {offered}.")
+    raise DistcoreError(
+        f"{kind} {text!r} is not offered here: it must be one of: {offered}. An administrator adds others "
+        f"with {setting}."
+    )
+
+
+def pick_data(data, upload, offer: Offer) -> str:
+    """The form's data as TrainConfig takes it: fashion-mnist, mnist (where this machine has it),
+    or, for UPLOAD, the kept upload's path."""
+    text = "fashion-mnist" if data is None or str(data).strip() == "" else str(data).strip().lower()
+    if text == "fashion-mnist" or (text == "mnist" and offer.mnist):
+        return text
+    if text == "mnist":
+        raise DistcoreError(
+            "MNIST is not on this machine, so the app does not offer it: choose Fashion-MNIST or upload an .npz."
+        )
+    if text == UPLOAD:
+        return str(upload_path(upload, offer))
+    offered = ", ".join(key for _, key in data_choices(offer))
+    raise DistcoreError(f"data {data!r} is not offered here: it must be one of: {offered} (an uploaded file).")
+
+
+def upload_path(upload, offer: Offer) -> Path:
+    """The kept file of an upload id; DistcoreError when there is none."""
+    key = "" if upload is None else str(upload).strip()
+    if not key:
+        raise DistcoreError("no .npz file is uploaded yet: upload one, or choose another data set.")
+    if offer.uploads is None or not UPLOAD_ID.match(key):
+        raise DistcoreError(f"{key!r} is not the id of an upload to this app: upload the file again.")
+    path = offer.uploads / f"{key}.npz"
+    if not path.is_file():
+        raise DistcoreError(f"the uploaded file {key}.npz is no longer kept here: upload it again.")
+    return path
+
+
+def form_data(data: str, offer: Offer) -> tuple[str, str | None]:
+    """A run's `data` as the form's (data, upload) fields: a kept upload's path becomes (UPLOAD,
+    its id); data the form does not offer stays as it is, and train_config names it."""
+    if data in DATA_NAMES:
+        return data, None
+    path = Path(data)
+    if offer.uploads is not None and path.parent == offer.uploads and path.suffix == ".npz":
+        if UPLOAD_ID.match(path.stem):
+            return UPLOAD, path.stem
+    return data, None
+
+
+def data_facts(data: str, offer: Offer | None = None) -> dict:
+    """Rows, example shape and classes of a TrainConfig `data` the form offers, and its name
+    for people: the built-ins' are known; an upload's are kept beside it (store_upload)."""
+    if data in DATA_NAMES:
+        return {"name": DATA_NAMES[data], "train_rows": TRAIN_SIZE, "test_rows": TEST_SIZE, "shape": [28, 28]}
+    return upload_record(Path(data))
+
+
+def upload_record(path: Path) -> dict:
+    """What store_upload kept of an upload (its .json), else what the .npz itself says."""
+    try:
+        record = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+        if isinstance(record, dict) and isinstance(record.get("train_rows"), int):
+            return record
+    except (OSError, ValueError):
+        pass
+    from . import datasets
+
+    return {"name": path.name, **datasets.npz_summary(path)}
+
+
+def data_rows(data, upload, offer: Offer) -> tuple[int, int]:
+    """(training rows, test rows) of the form's data choice."""
+    facts = data_facts(pick_data(data, upload, offer), offer)
+    return facts["train_rows"], facts["test_rows"]
+
+
+def gan_data(offer: Offer) -> str:
+    """The data the GAN trains on by default: MNIST, as the guide, where this machine has it."""
+    return "mnist" if offer.mnist else "fashion-mnist"
+
+
+def data_note(task, data, upload, offer: Offer) -> str:
+    """A line under the data choice: an upload's summary, or which data the GAN trains on ("" for
+    "Your .npz" before a file is uploaded). DistcoreError for data the task cannot train on."""
+    if str(data) == UPLOAD and not upload:
+        return ""
+    chosen = pick_data(data, upload, offer)
+    facts = data_facts(chosen, offer)
+    if str(task) == "gan" and tuple(facts.get("shape") or ()) not in GAN_SHAPES:
+        raise DistcoreError(gan_shape_message(facts))
+    if chosen not in DATA_NAMES:
+        return upload_line(facts)
+    if str(task) == "gan":
+        if chosen == "mnist":
+            return "The GAN trains on MNIST, as the guide does."
+        return "The GAN trains on Fashion-MNIST" + ("." if offer.mnist else ": this machine has no MNIST.")
+    return ""
+
+
+def gan_shape_message(facts: dict) -> str:
+    shape = "×".join(str(n) for n in facts.get("shape") or ())
+    return f"the GAN generates 28×28 grey images and trains on images of that shape; {facts['name']} holds {shape}."
+
+
+def class_names(data: str, classes: int) -> list[str]:
+    """The classes' names an evaluation shows: Fashion-MNIST's, else the class numbers."""
+    from .data import CLASS_NAMES
+
+    return list(CLASS_NAMES) if data == "fashion-mnist" else [str(i) for i in range(classes)]
+
+
+def upload_line(record: dict) -> str:
+    """'**digits.npz**: 1,000 + 200 rows of 8×8, 10 classes'."""
+    shape = "×".join(str(n) for n in record.get("shape") or []) or "scalars"
+    classes = record.get("classes")
+    return f"**{record.get('name', 'upload')}**: {record['train_rows']:,} + {record['test_rows']:,} rows of {shape}" + (
+        f", {classes} classes" if classes else ""
+    )
+
+
+def store_upload(path, offer: Offer) -> dict:
+    """Check an uploaded .npz and keep it as `<uploads>/<id>.npz`, the id the first 16 hex digits of
+    its SHA-256, beside `<id>.json`: {"upload", "name", "train_rows", "test_rows", "shape", "classes",
+    "bytes"}. A file larger than offer.max_upload_bytes (or unpacking to more than UNPACKED_FACTOR
+    times that), or one datasets.read_npz refuses, is a DistcoreError naming the file, and nothing
+    is written. The same file uploaded again is the same id and is not copied again."""
+    from . import datasets
+
+    source = Path(path)
+    name = source.name
+    limit = offer.max_upload_bytes
+    if offer.uploads is None:
+        raise DistcoreError("this app keeps no uploads (no runs folder).")
+    try:
+        size = source.stat().st_size
+    except OSError as err:
+        raise DistcoreError(f"cannot read the upload {name}: {err.strerror or err}.") from None
+    if size > limit:
+        raise DistcoreError(
+            f"{name} is {megabytes(size)}: an upload may be at most {megabytes(limit)} (DISTCORE_MAX_UPLOAD_MB)."
+        )
+    if zipfile.is_zipfile(source):
+        try:
+            with zipfile.ZipFile(source) as archive:
+                unpacked = sum(info.file_size for info in archive.infolist())
+        except (OSError, zipfile.BadZipFile) as err:
+            raise DistcoreError(f"{name} cannot be read as an .npz file ({err}).") from None
+        if unpacked > UNPACKED_FACTOR * limit:
+            raise DistcoreError(
+                f"{name} unpacks to {megabytes(unpacked)}: an upload's arrays may take at most "
+                f"{megabytes(UNPACKED_FACTOR * limit)} unpacked."
+            )
+    try:
+        summary = datasets.npz_summary(source)
+    except DistcoreError as err:  # its messages name the file by the path Gradio kept it under
+        raise DistcoreError(str(err).replace(str(source), name)) from None
+    digest = hashlib.sha256()
+    with source.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    key = digest.hexdigest()[:16]
+    record = {"upload": key, "name": name, **summary, "bytes": size}
+    folder = offer.uploads
+    target = folder / f"{key}.npz"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not target.is_file():
+            keep_atomically(folder, target, lambda tmp: shutil.copyfile(source, tmp))
+        keep_atomically(folder, target.with_suffix(".json"), lambda tmp: Path(tmp).write_text(json.dumps(record)))
+    except OSError as err:
+        raise DistcoreError(f"cannot keep {name} in {folder}: {err.strerror or err}.") from None
+    return record
+
+
+def keep_atomically(folder: Path, target: Path, write) -> None:
+    """Write a file through a temporary one in `folder`, renamed over `target`: readers see it whole or not at all."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".incoming-")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 2**20:,.1f} MB"
 
 
 # ---------------------------------------------------------------- form -> configuration
@@ -106,13 +393,30 @@ def train_config(
     drop_remainder=False,
     workers=1,
     keep_checkpoints=0,
+    task="classifier",
+    data="fashion-mnist",
+    upload=None,
+    *,
+    offer: Offer | None = None,
 ) -> TrainConfig:
     """The Setup form's values (TRAIN_FORM order) as a checked TrainConfig. Empty max steps,
-    checkpoint interval, checkpoints kept and seed are their 0 defaults."""
+    checkpoint interval, checkpoints kept and seed are their 0 defaults; an empty task and data
+    are the classifier and Fashion-MNIST. Task, model and data must be ones `offer` offers. The
+    model, optimizer and learning rate do not apply to the GAN (it trains the guide's two models
+    with their own optimizers), nor the model to a task of your own: they are left at their defaults."""
+    offer = offer or Offer()
     workers = check_int("worker processes", workers, high=MAX_WORKERS)
+    task = pick("task", task if task not in (None, "") else "classifier", task_choices(offer), "DISTCORE_TASKS")
+    data = pick_data(data, upload, offer)
+    if task == "classifier":
+        model = pick("model", model, model_choices(offer), "DISTCORE_MODELS")
+    else:
+        model = "cnn"
+    if task == "gan":
+        optimizer, learning_rate = "adam", 0.001
     # Under MultiWorkerMirroredStrategy a CPU-only worker has exactly one replica.
     names = ("cpu:0",) if workers > 1 else selected_devices(gpus, cpu_count, gpu_boxes)
-    return TrainConfig(
+    cfg = TrainConfig(
         devices=names,
         workers=workers,
         model=model,
@@ -130,12 +434,53 @@ def train_config(
         test_examples=test_examples,
         drop_remainder=bool(drop_remainder),
         keep_checkpoints=keep_checkpoints or 0,
+        task=task,
+        data=data,
     )
+    check_data_fits(cfg, offer)
+    return cfg
 
 
-def summary(cfg: TrainConfig) -> str:
+def check_data_fits(cfg: TrainConfig, offer: Offer) -> None:
+    """An upload's rows bound the examples a run takes, and the GAN takes 28x28 images only (the
+    built-ins' bounds are TrainConfig's own)."""
+    if cfg.data in DATA_NAMES:
+        return
+    facts = data_facts(cfg.data, offer)
+    for field, rows in (("train_examples", facts["train_rows"]), ("test_examples", facts["test_rows"])):
+        if getattr(cfg, field) > rows:
+            raise DistcoreError(
+                f"{FIELD_LABELS[field]} ({getattr(cfg, field):,}) must be at most the {rows:,} rows "
+                f"{facts['name']} has."
+            )
+    if cfg.task == "gan" and tuple(facts.get("shape") or ()) not in GAN_SHAPES:
+        raise DistcoreError(gan_shape_message(facts))
+
+
+def model_label(cfg: TrainConfig, offer: Offer | None = None) -> str:
+    """What trains, for people: the model (a registered one by its name), 'GAN', or a task's name."""
+    offer = offer or Offer()
+    if cfg.task == "classifier":
+        return next((name for name, ref in offer.models if ref == cfg.model), cfg.model)
+    if cfg.task == "gan":
+        return "GAN"
+    return next((name for name, ref in offer.tasks if ref == cfg.task), cfg.task)
+
+
+def data_label(data: str, offer: Offer | None = None) -> str:
+    """A data set's name for people: Fashion-MNIST, MNIST, or the uploaded file's name."""
+    if data in DATA_NAMES:
+        return DATA_NAMES[data]
+    try:
+        return str(data_facts(data, offer).get("name") or Path(data).name)
+    except DistcoreError:
+        return Path(data).name
+
+
+def summary(cfg: TrainConfig, offer: Offer | None = None) -> str:
     """What a new run of `cfg` trains, in one line: 'cnn · adam 0.001 · 1 epoch (938 steps) of
-    60,000 examples · batch 64 on 2 replicas'."""
+    60,000 examples · batch 64 on 2 replicas'; the data is named when it is not the classifier's
+    Fashion-MNIST."""
     where = (
         f"{cfg.workers} worker processes"
         if cfg.workers > 1
@@ -143,16 +488,33 @@ def summary(cfg: TrainConfig) -> str:
     )
     epochs = f"{cfg.epochs} epoch" + ("s" if cfg.epochs != 1 else "")
     limit = f", at most {cfg.max_steps}" if cfg.max_steps else ""
+    what = model_label(cfg, offer) + ("" if cfg.task == "gan" else f" · {cfg.optimizer} {cfg.learning_rate}")
+    data = "" if (cfg.task, cfg.data) == ("classifier", "fashion-mnist") else f" ({data_label(cfg.data, offer)})"
     return (
-        f"{cfg.model} · {cfg.optimizer} {cfg.learning_rate} · {epochs} ({cfg.total_steps():,} steps{limit}) of "
-        f"{cfg.train_examples:,} examples · batch {cfg.global_batch} on {where} · {cfg.policy.upper()} · {cfg.api}"
+        f"{what} · {epochs} ({cfg.total_steps():,} steps{limit}) of {cfg.train_examples:,} examples{data} · "
+        f"batch {cfg.global_batch} on {where} · {cfg.policy.upper()} · {cfg.api}"
     )
 
 
-def form_values(cfg: TrainConfig) -> dict:
+def form_values(cfg: TrainConfig, offer: Offer | None = None) -> dict:
     """The Setup form's fields (TRAIN_FORM keys) that show `cfg`, the device choice left out
-    (which devices a form can offer depends on the machine)."""
-    return {key: getattr(cfg, field) for key, field in TRAIN_FORM if field != "devices"}
+    (which devices a form can offer depends on the machine); a kept upload as (UPLOAD, its id)."""
+    values = {key: getattr(cfg, field) for key, field in TRAIN_FORM if field != "devices"}
+    values["data"], values["upload"] = form_data(cfg.data, offer or Offer())
+    return values
+
+
+def not_offered(values: dict, offer: Offer) -> dict:
+    """The form_values this app's form cannot show ({key: value}): a task, model or data of
+    another app or of the CLI."""
+    out = {}
+    if values["task"] not in {key for _, key in task_choices(offer)}:
+        out["task"] = values["task"]
+    if values["model"] not in {key for _, key in model_choices(offer)}:
+        out["model"] = values["model"]
+    if values["data"] not in {key for _, key in data_choices(offer)}:
+        out["data"] = values["data"]
+    return out
 
 
 # ---------------------------------------------------------------- configuration -> command line
@@ -174,6 +536,8 @@ def config_args(cfg: TrainConfig, fields) -> list[str]:
             continue  # the launch's command (train, or cluster --workers W) says it
         if value is None or value is False or (field == "l2" and not value):
             continue
+        if (field, value) in (("task", "classifier"), ("data", "fashion-mnist")):
+            continue  # the CLI's defaults
         if value is True:
             args.append(flag(field))
         elif isinstance(value, (list, tuple)):
@@ -202,6 +566,8 @@ TRAIN_FIELDS = (
     "test_examples",
     "drop_remainder",
     "data_dir",
+    "task",
+    "data",
 )
 
 
@@ -249,6 +615,7 @@ def planner_request(cfg: SplitConfig) -> dict:
         "drop_remainder": cfg.drop_remainder,
         "files": cfg.files,
         "shuffle_seed": cfg.shuffle_seed,
+        "rows": cfg.rows,
     }
 
 
@@ -259,6 +626,8 @@ def shown(field: str, value) -> str:
     """A config value as the form shows it."""
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
+    if field == "data":
+        return data_label(value)
     if field == "max_steps" and not value:
         return "no limit"
     if field == "checkpoint_every" and not value:

@@ -540,7 +540,7 @@ def job_progress(run_dir, n_log: int = 12, metrics: list | None = None) -> Progr
     if ended:  # ended as its logs say, not as its status does
         status = {**status, "step": ended["step"], "message": ended.get("message", "")}
     live = status if state == "running" else {}
-    last_step = next((m for m in reversed(metrics) if "loss" in m and "event" not in m), {})
+    last_step = next((m for m in reversed(metrics) if runs.is_step_record(m)), {})
     events = [_event_line(m) for m in metrics if "event" in m]
     logs = tail_lines(run_dir / LOG_FILE, n_log)
     return Progress(
@@ -608,7 +608,7 @@ def mean_speed(metrics: list[dict]) -> float | None:
     for r in metrics:
         if r.get("event") in ("start", "resume"):
             after_start = True
-        elif "loss" in r and "event" not in r:
+        elif runs.is_step_record(r):
             rate, count = r.get("examples_per_sec"), r.get("examples")
             if after_start:  # the first record of that loop
                 after_start, traced = False, rate
@@ -656,7 +656,7 @@ def logged_end(run_dir: Path, status: dict, metrics: list[dict]) -> dict | None:
     lines = tail_lines(log, 1)
     with contextlib.suppress(OSError):
         if lines and lines[-1].startswith("error: ") and log.stat().st_mtime >= since:
-            step = max([status.get("step") or 0] + [m["step"] for m in metrics if "loss" in m and "step" in m])
+            step = max([status.get("step") or 0] + [m["step"] for m in metrics if runs.is_step_record(m)])
             return {"event": "failed", "step": step, "message": lines[-1][len("error: ") :]}
     return None
 

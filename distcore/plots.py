@@ -14,7 +14,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import split  # its words for a plan; no TensorFlow at import
+from . import runs, split  # their words for a plan and a record; no TensorFlow at import
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 # Discrete colour scale: grey for empty, amber for partial, blue for full.
@@ -127,7 +127,7 @@ BELOW_TOOLBAR = {"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 34}
 def split_figure(plan: dict, max_rows: int = 12) -> go.Figure:
     """Heatmap of global batches (rows) × replicas (columns), cells labelled with ids."""
     steps = plan.get("steps") or []
-    shown = plan.get("rows") or steps  # Fashion-MNIST rows in training's order, else the ids
+    shown = plan.get("rows") or steps  # the training data's rows in training's order, else the ids
     replicas = int(plan.get("replicas") or (len(steps[0]) if steps else 1))
     global_batch = int(plan.get("global_batch") or 0)
     devices = plan.get("devices") or []
@@ -331,36 +331,60 @@ def split_table(plan: dict, max_rows: int = MAX_TABLE_STEPS) -> str:
 
 
 def step_records(metrics: list[dict]) -> list[dict]:
-    """Per-step loss records, one per step (the latest wins after a resume)."""
+    """Per-step records, one per step (the latest wins after a resume)."""
     by_step = {}
     for m in metrics:
-        if "event" in m or "train_loss" in m or "loss" not in m or "step" not in m:
-            continue
-        by_step[m["step"]] = m
+        if runs.is_step_record(m):
+            by_step[m["step"]] = m
     return [by_step[s] for s in sorted(by_step)]
 
 
-def binned_losses(steps: list[dict], max_points: int = MAX_LOSS_POINTS) -> tuple[list, list, int, list]:
-    """(steps, losses, k, first steps): one point a step, or past `max_points` steps, the mean
-    loss of each k consecutive steps at the last of them. Every point of a 20-epoch run would make
+def binned_losses(
+    steps: list[dict], max_points: int = MAX_LOSS_POINTS, key: str = "loss"
+) -> tuple[list, list, int, list]:
+    """(steps, values of `key`, k, first steps): one point a step, or past `max_points` steps, the
+    mean of each k consecutive steps at the last of them. Every point of a 20-epoch run would make
     each redraw, every 2 s while it trains, 479 KB and 0.25 s of the app's CPU per open page."""
     k = max(1, math.ceil(len(steps) / max_points))
     groups = [steps[i : i + k] for i in range(0, len(steps), k)]
     return (
         [g[-1]["step"] for g in groups],
-        [sum(m["loss"] for m in g) / len(g) for g in groups],
+        [mean([m.get(key) for m in g]) for g in groups],
         k,
         [g[0]["step"] for g in groups],
     )
+
+
+def mean(values: list) -> float | None:
+    """The mean of the numbers among `values` (None when there is none)."""
+    numbers = [v for v in values if isinstance(v, (int, float))]
+    return sum(numbers) / len(numbers) if numbers else None
 
 
 def epoch_records(metrics: list[dict]) -> list[dict]:
     """Per-epoch evaluation records, one per epoch (the latest wins)."""
     by_epoch = {}
     for m in metrics:
-        if "event" not in m and "train_loss" in m and "epoch" in m:
+        if runs.is_epoch_record(m):
             by_epoch[m["epoch"]] = m
     return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+CLASSIFIER_EPOCH_METRICS = ("loss", "accuracy")  # what a classifier's epoch records hold
+
+
+def epoch_metric_names(metrics: list[dict]) -> list[str]:
+    """The metrics the epoch records measure, "train_"/"test_" taken off, in first-seen order (the
+    classifier's loss and accuracy; the GAN's d_loss and g_loss). Before the first epoch ends, the
+    step records' names, or the classifier's when the steps report a loss."""
+    names = {}
+    for record in epoch_records(metrics):
+        for key in runs.record_scalars(record):
+            names[key.removeprefix("train_").removeprefix("test_")] = None
+    if names:
+        return list(names)
+    steps = runs.step_metric_names(metrics)
+    return list(CLASSIFIER_EPOCH_METRICS) if steps in ([], ["loss"]) else steps
 
 
 def _empty_note(fig: go.Figure, text: str, panels: int = 1) -> go.Figure:
@@ -382,27 +406,37 @@ def _empty_note(fig: go.Figure, text: str, panels: int = 1) -> go.Figure:
     return fig
 
 
+STEP_COLOURS = ("#3b6fc4", "#e4572e", "#2a9d8f", "#8e6cc1", "#d4a017", "#6b6b6b")
+
+
 def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float = 0) -> go.Figure:
-    """Training loss per step, with checkpoints marked: the steps in `saved` (those on disk),
-    else the checkpoint records in the metrics. With an `l2` weight the loss includes its penalty."""
+    """Every scalar the task reports per step (the classifier's loss; the GAN's d_loss and g_loss,
+    together), with checkpoints marked: the steps in `saved` (those on disk), else the checkpoint
+    records in the metrics. With an `l2` weight the loss includes its penalty."""
     steps = step_records(metrics)
-    x, y, per_point, first = binned_losses(steps)
-    # A binned point's hover names the steps it averages, not only its last one.
-    # (",d": else the x value takes the axis's "10.392k" beside a raw first step.)
-    ranged = {
-        "customdata": first,
-        "hovertemplate": "steps %{customdata:,d}–%{x:,d}<br>mean loss %{y:.4f}<extra></extra>",
-    }
-    fig = go.Figure(
-        go.Scatter(
-            x=x,
-            y=y,
-            mode="lines+markers" if len(steps) < 60 else "lines",
-            name="training loss",
-            marker={"size": 4},
-            **(ranged if per_point > 1 else {}),
+    names = runs.step_metric_names(steps) or ["loss"]
+    fig = go.Figure()
+    per_point = 1
+    for i, name in enumerate(names):
+        x, y, per_point, first = binned_losses(steps, key=name)
+        # A binned point's hover names the steps it averages, not only its last one.
+        # (",d": else the x value takes the axis's "10.392k" beside a raw first step.)
+        label = "training loss" if name == "loss" else name
+        ranged = {
+            "customdata": first,
+            "hovertemplate": f"steps %{{customdata:,d}}–%{{x:,d}}<br>mean {name} %{{y:.4f}}<extra></extra>",
+        }
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="lines+markers" if len(steps) < 60 else "lines",
+                name=label,
+                marker={"size": 4},
+                line={"color": STEP_COLOURS[i % len(STEP_COLOURS)]} if len(names) > 1 else None,
+                **(ranged if per_point > 1 else {}),
+            )
         )
-    )
     # The checkpoints as one trace of vertical segments (on a hidden 0-1 axis): one add_vline
     # each grows quadratically, 38 s for 400 checkpoints, at every redraw of a training run.
     if saved is None:
@@ -423,12 +457,20 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float =
         ["dotted lines: checkpoints"] if saved else []
     )  # (they have no legend)
     note = {"subtitle": {"text": " · ".join(notes)}} if notes else {}
-    # No legend: the title names the one line, and beside it the legend takes 40% of a phone's width.
+    if names == ["loss"]:
+        title = "Training loss per step" + (" (+ L2 penalty)" if l2 else "")
+        y_title = "loss + L2 penalty" if l2 else "loss"
+    else:
+        title = f"{' and '.join(names)} per step"
+        y_title = "loss" if all(name.endswith("loss") for name in names) else "value"
+    # One line: no legend, the title names it (beside the plot a legend takes 40% of a phone's
+    # width). Several: a legend under the plot names each.
     fig.update_layout(
-        title={"text": "Training loss per step" + (" (+ L2 penalty)" if l2 else ""), **note, **BELOW_TOOLBAR},
+        title={"text": title, **note, **BELOW_TOOLBAR},
         xaxis_title="step",
-        yaxis_title="loss + L2 penalty" if l2 else "loss",
-        showlegend=False,
+        yaxis_title=y_title,
+        showlegend=len(names) > 1,
+        legend={"orientation": "h", "x": 0, "y": -0.2},
         yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
         height=350,
         margin={"l": 10, "r": 10, "t": 90, "b": 10},
@@ -436,42 +478,48 @@ def loss_figure(metrics: list[dict], saved: list[int] | None = None, l2: float =
     return fig if steps else _empty_note(fig, "no steps yet")
 
 
+PANEL_TITLES = {"loss": "Loss", "accuracy": "Accuracy"}
+
+
 def epoch_figure(metrics: list[dict], l2: float = 0) -> go.Figure:
-    """Train/test loss and accuracy per epoch, side by side. With an L2 weight (`l2`) the
-    training loss includes the penalty, as the tutorial's does, and the test loss does not:
+    """Each metric the epoch records measure, train and test side by side in a panel of its own
+    (the classifier's loss and accuracy; the GAN's d_loss and g_loss). With an L2 weight (`l2`)
+    the training loss includes the penalty, as the tutorial's does, and the test loss does not:
     the legend says so, or the gap would read as overfitting."""
     epochs = epoch_records(metrics)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Loss", "Accuracy"))  # the panel says "per epoch"
+    names = epoch_metric_names(metrics)
+    titles = [PANEL_TITLES.get(name, name) for name in names]
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=titles)  # the panel says "per epoch"
     x = [m["epoch"] for m in epochs]
-    train_loss = "train loss + L2 penalty" if l2 else "train loss"
-    series = [
-        ("train_loss", 1, train_loss, "#4a7fd4"),
-        ("test_loss", 1, "test loss (no penalty)" if l2 else "test loss", "#e4572e"),
-        ("train_accuracy", 2, "train accuracy", "#4a7fd4"),
-        ("test_accuracy", 2, "test accuracy", "#e4572e"),
-    ]
-    for key, col, name, colour in series:
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=[m.get(key) for m in epochs],
-                name=name,
-                mode="lines+markers",
-                line={"color": colour, "dash": "solid" if key.startswith("train") else "dash"},
-            ),
-            row=1,
-            col=col,
-        )
+    for col, name in enumerate(names, start=1):
+        for key, colour in ((f"train_{name}", "#4a7fd4"), (f"test_{name}", "#e4572e"), (name, "#2a9d8f")):
+            if (epochs or key == name) and not any(key in m for m in epochs):
+                continue  # (no records yet: a panel's train and test lines, empty)
+            label = key.replace("_", " ", 1) if key != name else name
+            if name == "loss" and l2:
+                label = "train loss + L2 penalty" if key == "train_loss" else "test loss (no penalty)"
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[m.get(key) for m in epochs],
+                    name=label,
+                    mode="lines+markers",
+                    line={"color": colour, "dash": "dash" if key.startswith("test_") else "solid"},
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_xaxes(title_text="epoch", dtick=1)
+    heading = "Loss and accuracy" if names == list(CLASSIFIER_EPOCH_METRICS) else " and ".join(names)
     # The legend under the plots, not beside them: beside, it takes 40% of a phone's width.
     fig.update_layout(
-        title={"text": "Loss and accuracy per epoch", **BELOW_TOOLBAR},
+        title={"text": f"{heading} per epoch", **BELOW_TOOLBAR},
         height=400,
         margin={"l": 10, "r": 10, "t": 90, "b": 10},
         legend={"orientation": "h", "x": 0, "y": -0.25},
     )
     # On two lines: on a phone one line runs out of each half-width panel.
-    return fig if epochs else _empty_note(fig, "no finished<br>epoch yet", panels=2)
+    return fig if epochs else _empty_note(fig, "no finished<br>epoch yet", panels=len(names))
 
 
 def confusion_figure(confusion: list[list[int]], class_names: list[str]) -> go.Figure:
@@ -502,7 +550,7 @@ def confusion_figure(confusion: list[list[int]], class_names: list[str]) -> go.F
 def _kind(m: dict) -> str:
     if "event" in m:
         return "checkpoint" if m["event"] == "checkpoint" else "event"
-    return "epoch" if "train_loss" in m else "step"
+    return "epoch" if runs.is_epoch_record(m) else "step"
 
 
 def metrics_csv(metrics: list[dict], path: str | Path) -> Path:

@@ -48,6 +48,19 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("DISTCORE_MAX_JOBS", "2", "training jobs the app runs at once (1 or more)"),
     Setting(
+        "DISTCORE_MODELS",
+        "",
+        "Keras models the app offers besides cnn and mlp: name=module:function, comma-separated; each "
+        "function returns an uncompiled Keras model, and its module is importable by the training process",
+    ),
+    Setting(
+        "DISTCORE_TASKS",
+        "",
+        "tasks the app offers besides classifier and gan: name=module:function, comma-separated; each "
+        "function returns a distcore.Task, and its module is importable by the training process",
+    ),
+    Setting("DISTCORE_MAX_UPLOAD_MB", "200", "the largest .npz file the app takes as an upload, in MB (1 or more)"),
+    Setting(
         "GRADIO_SERVER_NAME",
         "127.0.0.1",
         "the address the app listens on (0.0.0.0: every interface, as in a container)",

@@ -229,7 +229,7 @@ def rows_note(result: dict) -> list[str]:
     if not result.get("rows"):
         return []
     return [
-        f"The cells show Fashion-MNIST row numbers in the order training's epoch 1 reads them (shuffled "
+        f"The cells show the training data's row numbers in the order training's epoch 1 reads them (shuffled "
         f"with seed {result['shuffle_seed']}; each epoch has its own order). The "
         "notes count positions in that order (0 = the first example read)."
     ]

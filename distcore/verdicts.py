@@ -82,30 +82,57 @@ def loss_headline(result: dict) -> str:
     return f"{batch}: {len(wrong)} of {len(verdicts)} methods miss the single-device loss."
 
 
+NOT_MEASURED = ("step", "examples")  # numbers in an evaluation's result that are not its measures
+
+
+def measures(result: dict) -> dict:
+    """What an evaluation measured, in order: a classifier's accuracy and loss; another task's
+    test metrics (the GAN's d_loss and g_loss)."""
+    if "accuracy" in result:
+        return {k: float(result[k]) for k in ("accuracy", "loss") if k in result}
+    return {
+        k: float(v)
+        for k, v in result.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in NOT_MEASURED
+    }
+
+
 def evaluation_row(result: dict, run: str, strategy: str, devices: list[str] | tuple[str, ...]) -> dict:
-    """One evaluation as a row of the comparison table (plain values)."""
+    """One evaluation as a row of the comparison table (plain values): the classifier's accuracy
+    and loss as `accuracy` and `loss`, every measure under `measures`."""
+    measured = measures(result)
     return {
         "run": run,
         "checkpoint": result.get("checkpoint"),
         "strategy": strategy,
         "devices": len(devices),
         "device_names": list(devices),
-        "accuracy": float(result["accuracy"]),
-        "loss": float(result["loss"]),
+        **{k: measured[k] for k in ("accuracy", "loss") if k in measured},
+        "measures": measured,
     }
 
 
 def compare_evaluations(rows: list[dict]) -> list[dict]:
-    """The rows, each with `difference` (accuracy minus the no-strategy evaluation of the same run
-    and checkpoint, in percentage points; None when there is none yet) and `same` (True when the
-    accuracies agree to ACCURACY_DIGITS decimals)."""
-    reference = {(r["run"], r["checkpoint"]): r["accuracy"] for r in rows if r["strategy"] == "none"}
+    """The rows, each with `difference` and `same` against the no-strategy evaluation of the same
+    run and checkpoint (None for both when there is none yet). A classifier's: the accuracy's
+    difference in percentage points, the same when equal to ACCURACY_DIGITS decimals. Another
+    task's: the largest difference of its measures, the same when each is within LOSS_TOLERANCE
+    of the no-strategy one, relative, as float32 sums in another order differ."""
+    reference = {(r["run"], r["checkpoint"]): r for r in rows if r["strategy"] == "none"}
     out = []
     for r in rows:
         ref = reference.get((r["run"], r["checkpoint"]))
         if ref is None:
             out.append({**r, "difference": None, "same": None})
+        elif "accuracy" in r and "accuracy" in ref:
+            same = round(r["accuracy"], ACCURACY_DIGITS) == round(ref["accuracy"], ACCURACY_DIGITS)
+            out.append({**r, "difference": 0.0 if same else 100 * (r["accuracy"] - ref["accuracy"]), "same": same})
         else:
-            same = round(r["accuracy"], ACCURACY_DIGITS) == round(ref, ACCURACY_DIGITS)
-            out.append({**r, "difference": 0.0 if same else 100 * (r["accuracy"] - ref), "same": same})
+            mine, theirs = r["measures"], ref["measures"]
+            shared = [k for k in mine if k in theirs]
+            gaps = [mine[k] - theirs[k] for k in shared]
+            same = bool(shared) and all(
+                abs(mine[k] - theirs[k]) <= LOSS_TOLERANCE * max(abs(theirs[k]), 1e-12) for k in shared
+            )
+            out.append({**r, "difference": 0.0 if same else max(gaps, key=abs, default=None), "same": same})
     return out

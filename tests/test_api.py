@@ -11,12 +11,13 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
-from gradio_client import Client
+from gradio_client import Client, handle_file
 
 from conftest import ROOT, wait_for
 from distcore import jobs
-from webapp import evaluate as evaluate_tab, loss, setup, shell, train, trainapi
+from webapp import choices, evaluate as evaluate_tab, loss, setup, shell, train, trainapi
 from webapp.format import plain_text
 from webapp.settings import make_settings
 
@@ -30,6 +31,8 @@ PUBLIC = {
     "/evaluate",
     "/loss_check",
     "/export_run",
+    "/export_model",
+    "/send_npz",
 }
 CPU_ONLY = {"tensorflow": "2.21.0", "gpus": [], "cpus": 1, "max_logical_cpus": 16}
 
@@ -105,6 +108,8 @@ def test_each_public_endpoint_answers_a_bad_value_with_the_pages_message(app, tm
     url, root = app
     c = Client(url, verbose=False)
     settings = make_settings(root, max_jobs=1, devices_info=CPU_ONLY)  # the page's handlers, on the same folder
+    bad_npz = tmp_path / "labels.npz"
+    np.savez(bad_npz, x_train=np.zeros((4, 2)), y_train=[0, 1, 2, -1], x_test=np.zeros((1, 2)), y_test=[0])
     form = dict(replicas=2, gpus=[], global_batch=64, shard_policy="auto", input_api="dataset", model="cnn")
     form.update(optimizer="adam", learning_rate=0.001, epochs=1, max_steps=0, steps_per_loop=20)
     form.update(checkpoint_every=0, seed=0, train_examples=60000, test_examples=10000, drop_remainder=False)
@@ -136,7 +141,7 @@ def test_each_public_endpoint_answers_a_bad_value_with_the_pages_message(app, tm
         ),
         (c.predict(run="../x", api_name="/run_status")["message"], trainapi.status_record(settings, "../x")["message"]),
         (
-            c.predict(run="nope", checkpoint="", api_name="/evaluate")[4]["message"],
+            c.predict(run="nope", checkpoint="", api_name="/evaluate")[-1]["message"],
             plain_text(evaluate_tab.evaluate(settings, "nope", "", "none", 2, [])[0]),
         ),
         (
@@ -144,10 +149,18 @@ def test_each_public_endpoint_answers_a_bad_value_with_the_pages_message(app, tm
             plain_text(loss.check(settings, 3, [], 6, 7, 0)[0]),
         ),
         (c.predict(run="nope", api_name="/export_run")[1], train.export_run(settings, "nope")[1]),
+        (
+            c.predict(run="nope", checkpoint="", api_name="/export_model")[1],
+            evaluate_tab.export_model(settings, "nope", "")[1],
+        ),
+        (
+            c.predict(file=handle_file(str(bad_npz)), api_name="/send_npz")[-2]["message"],
+            plain_text(choices.upload_data(settings, str(bad_npz))[0]),
+        ),
     ]
     for got, page in cases:
         assert got and plain_text(got) == plain_text(page), (got, page)
-    # Refused, each: nothing started, and the app still serves a good request.
-    assert not (root / "ok").exists() and not jobs.active_runs(root)
+    # Refused, each: nothing started or kept, and the app still serves a good request.
+    assert not (root / "ok").exists() and not jobs.active_runs(root) and not (root / ".uploads").exists()
     good = c.predict(dataset_size=6, global_batch=4, replicas=2, api_name="/plan_split")[2]
     assert good["steps"] == [[[0, 1], [2, 3]], [[4], [5]]]

@@ -323,7 +323,9 @@ def test_a_run_with_damaged_files_is_shown_as_damaged(settings):
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps({"devices": 5, "workers": "x"}))
     (run_dir / "status.json").write_text(json.dumps({"state": 5, "step": "abc"}))
-    (run_dir / "metrics.jsonl").write_bytes(b'{"step": "x", "loss": 1}\n\xff\xfe\n{"step": 1, "loss": 2.0}\n')
+    (run_dir / "metrics.jsonl").write_bytes(
+        b'{"step": "x", "loss": 1}\n\xff\xfe\n{"step": 1, "loss": 2.0, "examples": 64}\n'
+    )
     text, loss, epochs, log = watch.run_view(settings, "d5")
     assert text.startswith("**d5** · **unknown** · step 1 ") and "config.json is incomplete or damaged" in text
     assert loss is not None and epochs is not None
@@ -388,7 +390,8 @@ def test_train_follow_stop_evaluate_resume_export(settings):
 
     # Polling redraws when the run directory changes, and skips otherwise.
     assert wait_for(lambda: runs.last_logged_step(settings.runs_root / "r1") >= 10)
-    status, loss_fig, epoch_fig, logs, _, stop, resume, more, sig = watch.poll_run(settings, "r1", None)
+    status, loss_fig, epoch_fig, logs, _, grid, stop, resume, more, sig = watch.poll_run(settings, "r1", None)
+    assert grid["visible"] is False  # a classifier writes no images
     assert "**r1** · **running**" in status and len(loss_fig.data[0].x) >= 10
     # The buttons follow the run: Stop while it trains, no Resume, no "Train more".
     assert (stop["interactive"], resume["interactive"], more["visible"]) == (True, False, False)
@@ -421,16 +424,21 @@ def test_train_follow_stop_evaluate_resume_export(settings):
     assert all(c.startswith("✓ ") or " → " in c for _, c in gallery)
     # Evaluated again on 3 devices, it joins this page's table beside the no-strategy row: equal, ✓.
     rows = [verdicts.evaluation_row(result, "r1", evaluate_tab.NO_STRATEGY, [])]
-    md, table, _, gallery, answer, rows = evaluate_tab.evaluate_and_compare(
+    md, table, confusion, gallery, grid, answer, rows = evaluate_tab.evaluate_and_compare(
         settings, rows, "r1", ckpt, evaluate_tab.ON_DEVICES, 3, []
     )
     assert "cpu:0, cpu:1, cpu:2" in md
-    assert [(r[2], r[3], r[-2], r[-1]) for r in table] == [
+    assert table["headers"] == evaluate_tab.TABLE_HEADERS
+    assert [(r[2], r[3], r[-2], r[-1]) for r in table["data"]] == [
         ("none", "–", "+0.00 pp", "✓"),
         ("MirroredStrategy", 3, "+0.00 pp", "✓"),
     ]
     assert answer["same"] is True and answer["accuracy"] == result["accuracy"] and len(rows) == 2
-    captions = [c for _, c in gallery]
+    # A classifier has a confusion matrix and test images, no generated images.
+    assert (
+        confusion["visible"] and gallery["visible"] and grid == {"__type__": "update", "value": None, "visible": False}
+    )
+    captions = [c for _, c in gallery["value"]]
     assert captions == sorted(captions, key=lambda c: not c.startswith("✗"))  # the mistakes first
     assert is_error(evaluate_tab.evaluate(settings, "r1", "ckpt-999999", evaluate_tab.NO_STRATEGY, 2, [])[0])
     # Evaluate clicked before the checkpoint dropdown was filled in: the newest checkpoint.
@@ -675,7 +683,7 @@ def write_run(root, name, state, checkpoints=(), log="", events=()):
 
 
 def test_the_loss_plot_marks_the_checkpoints_on_disk_and_redraws_when_one_is_deleted(settings):
-    events = [{"step": s, "loss": 1.0} for s in (10, 20, 30)]
+    events = [{"step": s, "loss": 1.0, "examples": 64} for s in (10, 20, 30)]
     events += [{"event": "checkpoint", "step": s} for s in (10, 20, 30)]
     run = write_run(
         settings.runs_root, "kept", "finished", checkpoints=["ckpt-10", "ckpt-20", "ckpt-30"], events=events
@@ -1123,7 +1131,27 @@ def test_a_runs_settings_fill_in_the_form_and_resume_with_them(settings, launche
         keep_checkpoints=3,
     )
     message, *values = train.load_run_settings(settings, "src")
-    assert values == [3, gr.skip(), 96, "data", "dataset", "mlp", "sgd", 0.05, 1, 0, 5, 30, 7, 6000, 500, True, 1, 3]
+    assert values[:18] == [
+        3,
+        gr.skip(),
+        96,
+        "data",
+        "dataset",
+        "mlp",
+        "sgd",
+        0.05,
+        1,
+        0,
+        5,
+        30,
+        7,
+        6000,
+        500,
+        True,
+        1,
+        3,
+    ]
+    assert values[18:] == ["classifier", "fashion-mnist", None]  # task, data, upload
     assert "now holds run **src**'s settings" in message and "L2 weight (0.001)" in message
     values[8] = 2  # Epochs raised there: Resume takes the form as it now is
     text, _ = train.resume_run(settings, threading.Lock(), "src", *values)
@@ -1140,7 +1168,7 @@ def test_a_runs_settings_fill_in_the_form_and_resume_with_them(settings, launche
     stopped_before_training(settings.runs_root, "early")
     for name in ("early", None):
         message, *values = train.load_run_settings(settings, name)
-        assert is_error(message) and values == [gr.skip()] * 18
+        assert is_error(message) and values == [gr.skip()] * len(forms.TRAIN_FORM)
 
 
 def test_a_page_keeps_following_its_own_run_and_evaluate_follows_it_too(settings):

@@ -203,3 +203,59 @@ def test_cli_runs_list_rename_delete(two_runs):
     assert cli.main(["runs", "list", "--json", "--runs-dir", str(two_runs)]) == 0
     assert cli.main(["runs", "delete", "uno", "--runs-dir", str(two_runs)]) == 0
     assert sorted(p.name for p in two_runs.iterdir() if p.is_dir()) == ["two"]
+
+
+def write_gan_run(root, name, steps=8):
+    """A finished GAN run's folder: its steps carry d_loss and g_loss, its epoch the train and test ones."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    config = {"devices": ["cpu:0", "cpu:1"], "task": "gan", "model": "cnn", "global_batch": 64, "workers": 1}
+    (folder / "config.json").write_text(json.dumps(config))
+    records = [{"event": "start", "step": 0, "message": "", "time": T0}]
+    for s in range(1, steps + 1):
+        rate = {} if s == 1 else {"examples_per_sec": 500.0}
+        loss = {"d_loss": 0.7 - s / 100, "g_loss": 0.8 - s / 100}
+        records.append({"step": s, "epoch": 1, **loss, "examples": 64, "time": T0 + s, **rate})
+    losses = {"train_d_loss": 0.66, "train_g_loss": 0.76, "test_d_loss": 0.65, "test_g_loss": 0.75}
+    records += [
+        {"epoch": 1, "step": steps, **losses, "time": T0 + 20},
+        {"event": "finished", "step": steps, "message": "", "time": T0 + 21},
+    ]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "step": steps, "pid": 1, "time": T0 + 21}))
+    return folder
+
+
+def test_a_gan_run_is_compared_by_its_own_losses_beside_a_classifier(tmp_path):
+    from distcore import follow, jobs
+
+    write_run(tmp_path, "clf")
+    write_gan_run(tmp_path, "gan")
+    result = compare.comparison(tmp_path, ["clf", "gan"], "step", 0)
+    gan = result["runs"][1]
+    assert gan["loss"]["x"] == [] and list(gan["scalars"]) == ["d_loss", "g_loss"]
+    assert gan["scalars"]["g_loss"]["x"] == list(range(1, 9)) and gan["scalars"]["d_loss"]["raw"][0] == 0.7 - 1 / 100
+    assert result["runs"][0]["scalars"] == {}  # a classifier: its loss only, as before
+    names = [t.name for t in compareplots.loss_figure(result).data]
+    assert names == ["clf", "gan · d_loss", "gan · g_loss"]
+    epochs = compareplots.epoch_figure(result)
+    assert [(t.name, t.xaxis) for t in epochs.data] == [
+        ("clf", "x"),
+        ("clf", "x2"),
+        ("gan · d_loss", "x2"),
+        ("gan · g_loss", "x2"),
+    ]
+    assert list(epochs.data[3].y) == [0.75]  # a GAN has no accuracy: its test losses only
+    rows = {row["name"]: row for row in compare.table(tmp_path)}
+    assert (rows["gan"]["task"], rows["gan"]["test_accuracy"], rows["gan"]["steps"]) == ("gan", None, 8)
+    assert rows["gan"]["examples_per_sec"] == 500.0 and rows["clf"]["task"] == "classifier"
+    lines = list(csv.DictReader(compare.write_csv(result, tmp_path / "c.csv").open()))
+    gan_steps = [r for r in lines if r["run"] == "gan" and r["kind"] == "step"]
+    assert len(gan_steps) == 8 and float(gan_steps[0]["d_loss"]) == 0.7 - 1 / 100 and gan_steps[0]["g_loss"]
+    assert [r["test_d_loss"] for r in lines if r["run"] == "gan" and r["kind"] == "epoch"] == ["0.65"]
+    assert lines[0]["run"] == "clf" and lines[0]["loss"] == "2.0"
+    # /run_status and the status line: its newest step's losses, its speed, its step count.
+    record = follow.run_record(tmp_path, "gan")
+    assert record["latest_step"] == {"step": 8, "epoch": 1, "d_loss": 0.7 - 8 / 100, "g_loss": 0.8 - 8 / 100}
+    assert record["latest_epoch"]["test_g_loss"] == 0.75 and record["examples_per_sec"] == 500.0
+    assert jobs.job_progress(tmp_path / "gan").step == 8

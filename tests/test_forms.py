@@ -49,10 +49,11 @@ CONFIGS = [
         test_examples=500,
     ),
     TrainConfig(devices=("cpu:0",), workers=2, policy="data", max_steps=12, train_examples=640),
+    TrainConfig(devices=("cpu:0", "cpu:1"), task="gan", data="mnist", train_examples=256, test_examples=256),
 ]
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["defaults", "every-field", "two-workers"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["defaults", "every-field", "two-workers", "gan"])
 def test_a_config_goes_through_the_command_line_and_comes_back_the_same(cfg, tmp_path):
     args = forms.train_args(cfg)
     if cfg.workers > 1:
@@ -199,6 +200,9 @@ def test_form_values_become_a_checked_config():
         "seed": 0,
         "drop": False,
         "ckpt_keep": 0,
+        "task": "classifier",
+        "data": "fashion-mnist",
+        "upload": None,
     }
     two = forms.train_config((), *{**form, "workers": 2, "count": 5}.values())
     assert two.devices == ("cpu:0",) and two.workers == 2  # one CPU replica per worker process

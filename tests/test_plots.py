@@ -159,7 +159,7 @@ def test_the_loss_plot_of_a_run_with_an_l2_weight_says_the_penalty_is_in_it():
 
 def test_checkpoints_are_one_trace_however_many_there_are():
     # One add_vline per checkpoint took 38 s for 400 (a checkpoint every step), at every redraw.
-    metrics = [{"step": s, "epoch": 1, "loss": 1.0} for s in range(1, 401)]
+    metrics = [{"step": s, "epoch": 1, "loss": 1.0, "examples": 64} for s in range(1, 401)]
     metrics += [{"event": "checkpoint", "checkpoint": f"ckpt-{s}", "step": s} for s in range(1, 401)]
     fig = plots.loss_figure(metrics)
     assert not fig.layout.shapes and [t.name for t in fig.data] == ["training loss", "checkpoint"]
@@ -244,14 +244,15 @@ def test_titles_sit_below_the_toolbar():
 
 def test_a_long_run_plots_the_mean_of_each_few_steps():
     # 18,760 steps (20 epochs of 60,000 at 64) made each redraw 479 KB, every 2 s per open page.
-    metrics = [{"step": s, "epoch": 1, "loss": float(s % 2)} for s in range(1, 4001)]  # 1, 0, 1, 0, ...
+    metrics = [{"step": s, "epoch": 1, "loss": float(s % 2), "examples": 64} for s in range(1, 4001)]  # 1, 0, ...
     fig = plots.loss_figure(metrics)
     assert list(fig.data[0].x[:2]) == [2, 4] and len(fig.data[0].x) == 2000
     assert set(fig.data[0].y) == {0.5} and fig.layout.title.subtitle.text == "each point: the mean of 2 steps"
     assert list(fig.data[0].customdata[:2]) == [1, 3] and "steps %{customdata:,d}–%{x:,d}" in fig.data[0].hovertemplate
     every = plots.loss_figure(metrics[:2000]).data[0]
     assert len(every.x) == 2000 and every.customdata is None  # up to 2,000 steps: every one, its own hover
-    fig = plots.loss_figure(metrics[:4001] + [{"step": 3999, "loss": 1.0}], saved=[2000])  # (a resumed step)
+    resumed = {"step": 3999, "loss": 1.0, "examples": 64}  # a step trained again after a resume
+    fig = plots.loss_figure(metrics[:4001] + [resumed], saved=[2000])
     assert fig.layout.title.subtitle.text == "each point: the mean of 2 steps · dotted lines: checkpoints"
 
 
@@ -275,3 +276,49 @@ def test_steps_left_out_of_the_picture_are_marked_where_they_were():
     steps = [[[2 * k], [2 * k + 1]] for k in range(100)]
     labels = list(plots.split_figure({"steps": steps, "global_batch": 2, "replicas": 2}).data[0].y)
     assert labels == [f"step {k}" for k in range(1, 7)] + ["⋯ step 95"] + [f"step {k}" for k in range(96, 101)]
+
+
+GAN_METRICS = [
+    {"event": "start", "step": 0, "message": "training", "time": 1.0},
+    *(
+        {"step": s, "epoch": 1, "d_loss": 0.70 - s / 100, "g_loss": 0.72 - s / 200, "examples": 64, "time": 2.0 + s}
+        for s in range(1, 5)
+    ),
+    {"epoch": 1, "step": 4, "train_d_loss": 0.69, "train_g_loss": 0.71, "test_d_loss": 0.67, "test_g_loss": 0.70},
+    {"event": "checkpoint", "step": 4, "checkpoint": "ckpt-4", "test_d_loss": 0.67, "test_g_loss": 0.70, "time": 8.0},
+]
+
+
+def test_a_gans_losses_share_the_step_plot_and_each_has_an_epoch_panel(tmp_path):
+    fig = plots.loss_figure(GAN_METRICS)
+    assert [t.name for t in fig.data] == ["d_loss", "g_loss", "checkpoint"]
+    assert list(fig.data[0].x) == [1, 2, 3, 4] and list(fig.data[1].y) == [0.715, 0.71, 0.705, 0.7]
+    assert fig.data[0].line.color != fig.data[1].line.color
+    assert fig.layout.title.text == "d_loss and g_loss per step" and fig.layout.yaxis.title.text == "loss"
+    assert fig.layout.showlegend is True  # two lines: the legend names them
+    epochs = plots.epoch_figure(GAN_METRICS)
+    assert [a.text for a in epochs.layout.annotations] == ["d_loss", "g_loss"]  # the panels' titles
+    by_name = {t.name: t for t in epochs.data}
+    assert list(by_name) == ["train d_loss", "test d_loss", "train g_loss", "test g_loss"]
+    assert list(by_name["test g_loss"].y) == [0.70] and by_name["test g_loss"].xaxis == "x2"
+    assert epochs.layout.title.text == "d_loss and g_loss per epoch"
+    # Before its first epoch ends, a GAN's epoch plot already has its own panels, not the classifier's.
+    early = plots.epoch_figure(GAN_METRICS[:5])
+    assert [a.text for a in early.layout.annotations][:2] == ["d_loss", "g_loss"]
+    assert "no finished<br>epoch yet" == early.layout.annotations[-1].text
+    assert plots.epoch_metric_names(METRICS[:3]) == ["loss", "accuracy"]  # a classifier's, as before
+    rows = list(csv.DictReader(plots.metrics_csv(GAN_METRICS, tmp_path / "gan.csv").open()))
+    assert [r["kind"] for r in rows] == ["event", "step", "step", "step", "step", "epoch", "checkpoint"]
+    assert rows[1]["d_loss"] == "0.69" and rows[5]["test_g_loss"] == "0.7" and rows[1]["loss"] == ""
+
+
+def test_a_classifiers_figures_are_as_they_were():
+    fig = plots.loss_figure(METRICS)
+    assert [t.name for t in fig.data] == ["training loss", "checkpoint"] and fig.layout.showlegend is False
+    assert fig.layout.yaxis.title.text == "loss" and fig.data[0].line.color is None
+    epochs = plots.epoch_figure(METRICS[:-1])
+    assert [a.text for a in epochs.layout.annotations] == ["Loss", "Accuracy"]
+    assert [t.name for t in epochs.data] == ["train loss", "test loss", "train accuracy", "test accuracy"]
+    assert epochs.layout.title.text == "Loss and accuracy per epoch"
+    empty = plots.epoch_figure([])
+    assert [a.text for a in empty.layout.annotations][:2] == ["Loss", "Accuracy"] and len(empty.data) == 4

@@ -43,6 +43,30 @@ def test_two_evaluations_of_one_checkpoint_stand_side_by_side_with_a_tick_when_e
     assert verdicts.compare_evaluations([three])[0]["same"] is None  # no no-strategy result yet
 
 
+def test_a_gans_evaluations_compare_by_their_losses_and_the_table_names_them():
+    from webapp import evaluate
+
+    result = {"checkpoint": "ckpt-10", "step": 10, "d_loss": 0.6508, "g_loss": 0.6816, "examples": 256, "task": "gan"}
+    assert verdicts.measures(result) == {"d_loss": 0.6508, "g_loss": 0.6816}
+    none = verdicts.evaluation_row({**result, "grid": "/tmp/grid.png"}, "g", "none", [])
+    assert "accuracy" not in none and none["measures"] == {"d_loss": 0.6508, "g_loss": 0.6816}
+    # float32 sums in another order: the same within 1e-4, relative; another checkpoint's weights: not.
+    three = verdicts.evaluation_row({**result, "d_loss": 0.6508 * (1 + 3e-7)}, "g", "devices", ["a", "b", "c"])
+    off = verdicts.evaluation_row({**result, "g_loss": 0.70}, "g", "devices", ["a"])
+    rows = verdicts.compare_evaluations([none, three, off])
+    assert [r["same"] for r in rows] == [True, True, False] and round(rows[2]["difference"], 4) == 0.0184
+    assert evaluate.measured_text(result) == "d_loss 0.6508 · g_loss 0.6816"
+    cells = evaluate.table_rows(rows)
+    assert cells[0][4:] == [0.6508, 0.6816, "+0.0000", "✓"] and cells[2][-2:] == ["+0.0184", "✗"]
+    assert evaluate.table_headers(rows)[4:6] == ["d_loss", "g_loss"]
+    # A classifier's row beside a GAN's: both columns named.
+    classifier = verdicts.evaluation_row({"checkpoint": "ckpt-5", "accuracy": 0.8, "loss": 0.5}, "c", "none", [])
+    mixed = verdicts.compare_evaluations([classifier, none])
+    assert evaluate.table_headers(mixed)[4:6] == ["accuracy % / d_loss", "loss / g_loss"]
+    assert evaluate.table_headers([]) == evaluate.TABLE_HEADERS
+    assert evaluate.table_rows(mixed)[0][4:7] == [80.0, 0.5, "+0.00 pp"]
+
+
 def test_buttons_follow_the_run():
     record = {"training": True, "state": "running", "has_config": True}
     assert follow.run_actions(record) == {"stop": True, "resume": False, "more": False}

@@ -2,6 +2,7 @@
 
     shell.py      the page: header, About, the five tabs, the poll timer, what a browser keeps
     setup.py      1 · Split: the split explorer, the training fields; the form a browser keeps
+    choices.py    the training form's task, data and model choices; an uploaded .npz checked and kept
     train.py      2 · Train: the dashboard; start, stop, resume, train more, export
     trainapi.py   2 · Train's actions as the API names them, with their answers as plain values
     watch.py      the run a page follows: its status, plots and log, its buttons, and the run pickers

@@ -6,7 +6,7 @@ import html
 import time
 from pathlib import Path
 
-from distcore import data, jobs
+from distcore import data, forms, jobs
 
 
 def error_md(err) -> str:
@@ -83,15 +83,20 @@ def status_md(p: jobs.Progress) -> str:
 
 
 def config_line(c: dict) -> str:
-    """The run's setup in one line (empty until config.json exists)."""
+    """The run's setup in one line (empty until config.json exists): what trains (the classifier's
+    model, optimizer and rate; the GAN; a task of your own), where, and on which data."""
     if not c:
         return ""
+    task = c.get("task") or "classifier"
+    trained = f"{c.get('optimizer')} · learning rate {c.get('learning_rate')}"
+    what = {"classifier": f"{c.get('model')} · {trained}", "gan": "GAN (the guide's two models and optimizers)"}
+    data = c.get("data") or "fashion-mnist"
+    of = "" if (task, data) == ("classifier", "fashion-mnist") else f" of {forms.data_label(data)}"
     return (
-        f"\n\nSetup: {c.get('model')} · {c.get('optimizer')} · learning rate "
-        f"{c.get('learning_rate')} · global batch {c.get('global_batch')} on {where_trained(c)} · "
-        f"policy {str(c.get('policy')).upper()} · "
+        f"\n\nSetup: {what.get(task, f'task {task} · {trained}')} · global batch {c.get('global_batch')} on "
+        f"{where_trained(c)} · policy {str(c.get('policy')).upper()} · "
         f"input API {c.get('api')} · {c.get('train_examples')} training / "
-        f"{c.get('test_examples')} test examples · seed {c.get('seed')}"
+        f"{c.get('test_examples')} test examples{of} · seed {c.get('seed')}"
         + (f" · L2 weight {c.get('l2')} (in the loss)" if c.get("l2") else "")
     )
 
@@ -137,8 +142,12 @@ def log_text(run_dir: Path, metrics: list[dict], n: int = 12) -> str:
     )
 
 
-def gallery_caption(predicted: int, label: int) -> str:
+def gallery_caption(predicted: int, label: int, names=data.CLASS_NAMES) -> str:
     """Short enough for a thumbnail: the true class first, so a cut-off caption still shows it."""
+
+    def name(k: int) -> str:
+        return str(names[k]) if 0 <= k < len(names) else str(k)
+
     if predicted == label:
-        return f"✓ {data.CLASS_NAMES[label]}"
-    return f"✗ {data.CLASS_NAMES[label]} → {data.CLASS_NAMES[predicted]}"
+        return f"✓ {name(label)}"
+    return f"✗ {name(label)} → {name(predicted)}"

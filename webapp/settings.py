@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from distcore import jobs, runs, settings as env
+from distcore import forms, jobs, runs, settings as env
 from distcore.config import DistcoreError, check_int
 
 
@@ -20,6 +20,7 @@ class AppSettings:
     tensorflow: str = "unknown"
     poll_seconds: float = 2.0
     device_note: str = ""
+    offer: forms.Offer = field(default_factory=forms.Offer)  # tasks, models and data the form offers
 
 
 def env_max_jobs() -> int:
@@ -40,6 +41,7 @@ def make_settings(
         tensorflow=str(info.get("tensorflow", "unknown")),
         poll_seconds=poll_seconds,
         device_note=str(info.get("error", "")),
+        offer=forms.make_offer(root),
     )
 
 

@@ -12,7 +12,6 @@ from distcore.config import (
     MAX_GLOBAL_BATCH,
     MAX_SEED,
     MAX_SPLIT_EXAMPLES,
-    MODELS,
     OPTIMIZERS,
     POLICIES,
     TRAIN_SIZE,
@@ -21,6 +20,7 @@ from distcore.config import (
     check_int,
 )
 
+from . import choices
 from .format import error_md
 from .settings import AppSettings
 
@@ -52,6 +52,9 @@ KEPT_FIELDS = (
     "source",
     "toy_n",
     "files",
+    "task",
+    "data",
+    "upload",
 )
 
 
@@ -119,16 +122,20 @@ def show_split(
     source_files,
     workers=1,
     seed=0,
+    data="fashion-mnist",
+    upload=None,
 ):
     """Ask the planner how TF splits the dataset: (figure or None, notes markdown, the plan as
-    plain values or {"error": message}). Fashion-MNIST's rows are shown in the order epoch 1 of a
-    run with `seed` reads them. The page's split and the API's /plan_split."""
+    plain values or {"error": message}). The training data's rows (`data`, `upload`: Train's data
+    choice) are shown in the order epoch 1 of a run with `seed` reads them. The page's split and
+    the API's /plan_split."""
     try:
-        # Fashion-MNIST has 60,000 training examples: the same check (and words) as Train's.
+        # At most the data's training rows (Fashion-MNIST's 60,000): the same check (and words) as Train's.
+        rows = forms.data_rows(data, upload, settings.offer)[0] if source != TOY else TRAIN_SIZE
         examples = (
             check_int("N (toy dataset size)", dataset_size, high=MAX_SPLIT_EXAMPLES)
             if source == TOY
-            else check_int("train examples", train_examples, high=TRAIN_SIZE)
+            else check_int("train examples", train_examples, high=rows)
         )
         global_batch = check_int("global batch size", global_batch, high=MAX_GLOBAL_BATCH)
         files = check_int("source files", source_files, low=0, high=64)
@@ -138,7 +145,7 @@ def show_split(
         )
         if workers > 1:
             plan = split_on_workers(
-                workers, examples, global_batch, shard_policy, input_api, drop_remainder, files, shuffle_seed
+                workers, examples, global_batch, shard_policy, input_api, drop_remainder, files, shuffle_seed, rows
             )
         else:
             names = forms.selected_devices(settings.gpus, replicas, gpus)
@@ -151,6 +158,7 @@ def show_split(
                 drop_remainder=bool(drop_remainder),
                 files=files or 0,
                 shuffle_seed=shuffle_seed,
+                rows=rows,
             )
             if planner.max_replicas and cfg.replicas > planner.max_replicas:
                 raise DistcoreError(f"the split planner handles at most {planner.max_replicas} replicas.")
@@ -164,7 +172,9 @@ def show_split(
     return plots.split_figure(plan), notes, {"headline": headline, **shown}
 
 
-def split_on_workers(workers, examples, global_batch, policy, api, drop_remainder, files, shuffle_seed=None) -> dict:
+def split_on_workers(
+    workers, examples, global_batch, policy, api, drop_remainder, files, shuffle_seed=None, rows=TRAIN_SIZE
+) -> dict:
     """The plan as W real worker processes see it (10-20 s: each one starts TensorFlow)."""
     cfg = SplitConfig(
         examples=examples,
@@ -176,6 +186,7 @@ def split_on_workers(workers, examples, global_batch, policy, api, drop_remainde
         files=files or 0,
         workers=workers,
         shuffle_seed=shuffle_seed,
+        rows=rows,
     )
     return plots.combine_worker_plans(jobs.run_cli_json(forms.split_args(cfg), timeout=300))
 
@@ -212,6 +223,8 @@ def form_restorer(fields: dict):
     def fits(field, value) -> bool:
         if isinstance(field, gr.Checkbox):
             return isinstance(value, bool)
+        if isinstance(field, gr.Textbox):
+            return value is None or isinstance(value, str)
         if isinstance(value, bool):  # True is an int to Python, not a device count or a rate
             return False
         if isinstance(field, gr.CheckboxGroup):
@@ -235,11 +248,27 @@ def train_form(setup: dict) -> list:
     return [setup[k] for k, _ in forms.TRAIN_FORM]
 
 
-def training_fields(ui: dict) -> None:
+def training_fields(ui: dict, settings: AppSettings) -> None:
     """The training settings (2 · Train's fold), added to `ui`: the form a browser keeps spans
     both tabs, and training reads tab 1's devices, batch, policy, input API and workers too."""
+    offer = settings.offer
+    with gr.Row(equal_height=True):
+        ui["task"] = gr.Radio(forms.task_choices(offer), value="classifier", label="Task", scale=1)
+        ui["data"] = gr.Radio(forms.data_choices(offer), value="fashion-mnist", label="Data", scale=1)
+        ui["npz"] = gr.File(
+            label=f"Your .npz: x_train, y_train, x_test, y_test (≤ {offer.max_upload_bytes >> 20} MB)",
+            file_types=[".npz"],
+            type="filepath",
+            height=110,
+            visible=False,
+            scale=2,
+            elem_id="dc-npz",
+        )
+    ui["upload"] = gr.Textbox(visible=False, label="Upload id")  # the kept upload's id (forms.store_upload)
+    ui["data_note"] = gr.Markdown(elem_classes=LIVE, elem_id="dc-data-note")
+    ui["upload_answer"] = gr.JSON(visible=False, label="Upload")
     with gr.Row():
-        ui["model"] = gr.Radio(list(MODELS), value="cnn", label="Model")
+        ui["model"] = gr.Radio(forms.model_choices(offer), value="cnn", label="Model")
         ui["optimizer"] = gr.Radio(list(OPTIMIZERS), value="adam", label="Optimizer")
         ui["lr"] = gr.Number(value=0.001, label="Learning rate")
         ui["seed"] = gr.Number(value=0, label="Seed")
@@ -252,14 +281,16 @@ def training_fields(ui: dict) -> None:
         ui["ckpt_keep"] = gr.Number(value=0, label="Checkpoints kept", info="the newest N; 0 = all")
         ui["train_examples"] = gr.Number(value=60000, label="Training examples", info="the first N of 60,000")
         ui["test_examples"] = gr.Number(value=10000, label="Test examples", info="the first N of 10,000")
+    choices.wire_data(settings, ui)
 
 
 SPLIT_INPUTS = ("source", "toy_n", "train_examples", "batch", "count", "boxes", "policy", "api", "drop", "files")
+SPLIT_EXTRA = ("workers", "seed", "data", "upload")  # show_split's parameters after SPLIT_INPUTS
 
 
 def build(settings: AppSettings, planner, bind) -> dict:
     """The split explorer's layout; its events are wired by wire_split once 2 · Train has added
-    the training fields (the split of Fashion-MNIST rows reads Training examples and Seed)."""
+    the training fields (the split of the training data's rows reads Data, Training examples and Seed)."""
     ui = {}
     gr.Markdown("Which examples does each replica get? Change a value: TensorFlow redraws the split.")
     with gr.Row():
@@ -281,9 +312,9 @@ def build(settings: AppSettings, planner, bind) -> dict:
             with gr.Row():
                 ui["drop"] = gr.Checkbox(value=False, label="drop_remainder")
                 ui["workers"] = gr.Number(value=1, label="Worker processes", min_width=120)
-            with gr.Accordion("Fashion-MNIST rows, source files", open=False):
+            with gr.Accordion("Data rows, source files", open=False):
                 ui["source"] = gr.Radio(
-                    [("Toy ids 0 … N-1", TOY), ("Fashion-MNIST rows, in epoch 1's order (Seed)", FASHION)],
+                    [("Toy ids 0 … N-1", TOY), ("Training data rows (2 · Train's Data), in epoch 1's order", FASHION)],
                     value=TOY,
                     label="Dataset to split",
                 )
@@ -324,10 +355,10 @@ def build(settings: AppSettings, planner, bind) -> dict:
 def wire_split(demo: gr.Blocks, settings: AppSettings, planner, bind, ui: dict) -> None:
     """The split redraws on its own: on opening (for the form the browser kept) and on every
     change, the last change winning while a plan is drawn (trigger_mode="always_last")."""
-    inputs = [ui[k] for k in SPLIT_INPUTS] + [ui["workers"], ui["seed"]]
+    inputs = [ui[k] for k in (*SPLIT_INPUTS, *SPLIT_EXTRA)]
     outputs = [ui["split_plot"], ui["split_text"], ui["split_json"]]
     gr.on(
-        [ui[k].change for k in (*SPLIT_INPUTS, "workers")],
+        [ui[k].change for k in (*SPLIT_INPUTS, "workers", "data", "upload")],
         bind(show_split, settings, planner),
         inputs,
         outputs,

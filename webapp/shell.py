@@ -5,8 +5,9 @@ polls the runs for both pickers, and the browser keeps its tab, its form and the
 
 API names (what `gradio_client`'s view_api lists; docs/api.md):
 - Public: an action a caller would script, named by a plain verb (api_name="start_training",
-  "plan_split", "evaluate", "compare_runs", ...), its function's parameters named as a caller types
-  them (replicas, global_batch, ...), returning the page's answer and a gr.JSON of plain values.
+  "plan_split", "evaluate", "export_model", "send_npz", "compare_runs", ...), its function's
+  parameters named as a caller types them (replicas, global_batch, ...), returning the page's
+  answer and a gr.JSON of plain values.
 - Internal: timer ticks, form restorers, browser-state keepers, pickers' fill-ins are off the API
   page: api_visibility="private"; the few a test drives as a page does (poll_run, poll_lists,
   on_load, devices_in_use) are "undocumented" under a name.
@@ -139,7 +140,7 @@ def build_app(
             [train_ui["message"], *setup.train_form(setup_ui)],
             api_visibility="private",
         ).then(**keep)
-        for event in [*setup_ui["preset_events"], train_ui["demo_event"]]:
+        for event in [*setup_ui["preset_events"], *setup_ui["data_events"], train_ui["demo_event"]]:
             event.then(**keep)
     demo.planner = planner  # so main() and tests can close it
     demo.settings = settings
@@ -174,4 +175,5 @@ def launch(demo: gr.Blocks, host: str, port: int) -> None:
         js=static_text("app.js"),
         show_error=False,
         state_session_capacity=hosting.SESSIONS_KEPT,
+        max_file_size=demo.settings.offer.max_upload_bytes,  # Gradio refuses a larger upload as it arrives
     )

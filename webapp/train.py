@@ -29,7 +29,7 @@ def start_run(settings: AppSettings, lock, run_name, *form):
     """Start a training run in the background. Returns (message, run dropdown update)."""
     try:
         name = runs.check_name(run_name) if run_name else None
-        cfg = forms.train_config(settings.gpus, *form)
+        cfg = forms.train_config(settings.gpus, *form, offer=settings.offer)
         # The limit check and the launch do not interleave, between this app's sessions (lock)
         # or with other apps on the same runs folder (joblimit's lock file).
         with lock, joblimit.slot(settings.runs_root, settings.max_jobs):
@@ -123,7 +123,9 @@ def resume_run(settings: AppSettings, lock, name, *form):
     try:
         run_dir = watch.run_dir_of(settings, name)
         saved = runs.saved_config(run_dir)
-        wanted = forms.resumed_config(run_dir.name, saved, forms.train_config(settings.gpus, *form))
+        wanted = forms.resumed_config(
+            run_dir.name, saved, forms.train_config(settings.gpus, *form, offer=settings.offer)
+        )
         runs.resume_config(run_dir, forms.resumable_values(wanted))  # as the CLI checks it
         # A run still training is refused before the job limit, which counts its process too.
         with lock, joblimit.slot(settings.runs_root, settings.max_jobs, busy=run_dir):
@@ -174,11 +176,19 @@ def load_run_settings(settings: AppSettings, name):
     )
     if cfg.l2:
         notes.append(f"its L2 weight ({cfg.l2}) has no field here; Resume keeps it, a new run trains without it")
-    values = forms.form_values(cfg)
+    values = forms.form_values(cfg, settings.offer)
+    missing = forms.not_offered(values, settings.offer)
+    if "data" in missing:
+        missing["upload"] = values["upload"]  # (the upload field goes with the data choice)
+    notes += [
+        f"its {key} ({forms.shown(key, value)}) is not offered here, so that choice is unchanged"
+        for key, value in missing.items()
+        if key != "upload"
+    ]
     fields = [
         gr.skip() if count is None else count,
         gr.skip() if boxes is None else boxes,
-        *(values[key] for key, _ in forms.TRAIN_FORM[2:]),
+        *(gr.skip() if key in missing else values[key] for key, _ in forms.TRAIN_FORM[2:]),
     ]
     extra = f" Note: {'; '.join(notes)}." if notes else ""
     return (
@@ -211,13 +221,22 @@ def export_run(settings: AppSettings, run):
 def settings_summary(settings: AppSettings, *form) -> str:
     """The training fold's label: what Start trains, in one line (or what is wrong with the form)."""
     try:
-        return gr.update(label="Training: " + forms.summary(forms.train_config(settings.gpus, *form)))
+        cfg = forms.train_config(settings.gpus, *form, offer=settings.offer)
+        return gr.update(label="Training: " + forms.summary(cfg, settings.offer))
     except DistcoreError as e:
         return gr.update(label=f"Training settings: {e}")
 
 
 # Long enough to watch and stop (about 30 s on 2 cores), with an epoch point every few seconds.
-QUICK_DEMO = {"model": "cnn", "epochs": 10, "steps_per_loop": 5, "train_examples": 16000, "test_examples": 1000}
+QUICK_DEMO = {
+    "task": "classifier",
+    "data": "fashion-mnist",
+    "model": "cnn",
+    "epochs": 10,
+    "steps_per_loop": 5,
+    "train_examples": 16000,
+    "test_examples": 1000,
+}
 
 
 def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> dict:
@@ -236,8 +255,20 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
     ui["answer"] = gr.JSON(visible=False, label="Answer")
     with gr.Row():
         # No labels: the figures have titles, and on a phone a label covers the plot's toolbar.
-        ui["loss_plot"] = gr.Plot(label="Training loss per step", show_label=False, elem_id="dc-loss-plot")
-        ui["epoch_plot"] = gr.Plot(label="Loss and accuracy per epoch", show_label=False)
+        ui["loss_plot"] = gr.Plot(label="Training loss per step", show_label=False, elem_id="dc-loss-plot", scale=2)
+        ui["epoch_plot"] = gr.Plot(label="Loss and accuracy per epoch", show_label=False, scale=2)
+        # A task's newest generated images (the GAN's grid): shown only for a run that writes them.
+        ui["grid"] = gr.Image(
+            label="Generated images, newest",
+            format="png",
+            interactive=False,
+            visible=False,
+            height=350,
+            scale=1,
+            min_width=240,
+            elem_id="dc-grid",
+            buttons=["download"],
+        )
     with gr.Accordion("Training: …", open=False) as fold:
         with gr.Row():
             ui["name"] = gr.Textbox(
@@ -245,7 +276,7 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
             )
             demo_preset = gr.Button("Quick demo (CNN, 10 short epochs)", size="sm", scale=1)
             ui["use_settings"] = gr.Button("Use the followed run's settings", size="sm", scale=1)
-        training_fields(setup)
+        training_fields(setup, settings)
     ui["system_plot"] = gr.Plot(label="System", show_label=False, elem_id="dc-system-plot")
     with gr.Accordion("Log", open=False):
         # Tall enough for all of log_text (2 x 12 lines and 2 headings): the newest lines are at the
@@ -258,7 +289,7 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
     refresh = gr.Button("↻ Refresh runs", size="sm", visible=False)
     sig = gr.State(None)  # per session: what the plots currently show
     view = [ui["status"], ui["loss_plot"], ui["epoch_plot"], ui["logs"]]
-    panel = [*view, ui["system_plot"], stop, resume, more]
+    panel = [*view, ui["system_plot"], ui["grid"], stop, resume, more]
     recent = gr.State(None)  # per session: its last start with an empty name (start_click)
     mine = gr.State([])  # per session: the runs it started or resumed (claiming)
     armed = gr.State(None)  # per session: a Stop of another run, waiting for its second click

@@ -48,6 +48,9 @@ def start_training(
     drop_remainder,
     workers,
     checkpoints_kept,
+    task="classifier",
+    data="fashion-mnist",
+    upload=None,
 ):
     form = list(locals().values())[5:]
     message, dropdown, recent, mine = train.claiming(settings, functools.partial(train.start_click, settings, lock))(
@@ -85,6 +88,9 @@ def resume_training(
     drop_remainder,
     workers,
     checkpoints_kept,
+    task="classifier",
+    data="fashion-mnist",
+    upload=None,
 ):
     form = list(locals().values())[4:]
     message, dropdown, mine = train.claiming(settings, functools.partial(train.resume_run, settings, lock))(
@@ -101,7 +107,7 @@ def train_more(settings: AppSettings, lock, mine, run):
         return error_md(e), gr.skip(), answer(error_md(e), run=run), mine
     count = len(cfg.devices) if not settings.gpus else None
     boxes = list(cfg.devices) if settings.gpus else []
-    values = forms.form_values(cfg)
+    values = forms.form_values(cfg, settings.offer)
     form = [count, boxes, *(values[key] for key, _ in forms.TRAIN_FORM[2:])]
     message, dropdown, mine = train.claiming(settings, functools.partial(train.resume_run, settings, lock))(
         mine, run, *form

@@ -79,10 +79,33 @@ def run_panel(settings: AppSettings, name):
     return (
         *run_view(settings, name),
         plots.system_figure(samples),
+        grid_update(settings, name if record else None),
         gr.update(interactive=allowed["stop"]),
         gr.update(interactive=allowed["resume"], visible=not allowed["more"]),
         gr.update(visible=allowed["more"]),
     )
+
+
+def grid_update(settings: AppSettings, name):
+    """The newest image the run's task wrote (the GAN's grid), shown; hidden for a run with none.
+    Read here, as the runs folder may lie where Gradio serves no file from."""
+    path = follow.latest_image(runs.safe_run_dir(settings.runs_root, name)) if name else None
+    image = read_image(path) if path else None
+    if image is None:
+        return gr.update(value=None, visible=False)
+    return gr.update(value=image, visible=True, label=f"Generated images, step {int(path.stem.split('-')[-1]):,}")
+
+
+def read_image(path):
+    """A PNG as a PIL image, read whole (its file may be replaced meanwhile); None if unreadable."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return image.copy()
+    except (OSError, UnidentifiedImageError):
+        return None
 
 
 def run_signature(settings: AppSettings, name) -> tuple:
@@ -92,7 +115,7 @@ def run_signature(settings: AppSettings, name) -> tuple:
     except DistcoreError:
         return (name,)
     sig = [name, jobs.is_active(run_dir)]
-    for f in ("metrics.jsonl", "status.json", jobs.LOG_FILE, "checkpoints", "system.jsonl"):
+    for f in ("metrics.jsonl", "status.json", jobs.LOG_FILE, "checkpoints", "system.jsonl", follow.IMAGES):
         try:
             st = (run_dir / f).stat()
             sig += [st.st_size, st.st_mtime_ns]
@@ -118,7 +141,7 @@ def clear_stale_message(settings: AppSettings, name, message):
     return "" if follow.message_is_stale(message, name, record) else gr.skip()
 
 
-PANEL_OUTPUTS = 8  # run_panel's: status, loss, epochs, log, system, Stop, Resume, Train more
+PANEL_OUTPUTS = 9  # run_panel's: status, loss, epochs, log, system, generated images, Stop, Resume, Train more
 
 
 def poll_lists(settings: AppSettings, last_labels, run, checkpoint, last, chosen=None, followed=None):
