@@ -3,15 +3,18 @@
 The app's Setup form sends plain values (a device count or GPU checkboxes, numbers that may be
 empty); this module turns them into a checked `TrainConfig` or `SplitConfig`, and turns those into
 the `distcore train` / `cluster` / `split` flags that `cli.add_train_flags` and the `split` parser
-define. The flags are built here only: `tests/test_forms.py` parses them back with the CLI's own
-parser and gets the same configuration. What the form offers (`Offer`: the built-in tasks, models
-and data, those the settings register, and uploaded .npz files, checked and kept by `store_upload`)
-is decided here too, so a value the form sends is always one it offered. No TensorFlow, no Gradio.
+define, and the command that launches a run (`launch_command`: `train`, `cluster --workers W`, or
+`train --engine ray --workers W`). The flags are built here only: `tests/test_forms.py` parses them
+back with the CLI's own parser and gets the same configuration. What the form offers (`Offer`: the
+built-in tasks, models and data, those the settings register, uploaded .npz files, checked and kept
+by `store_upload`, and the Ray engine where Ray is installed) is decided here too, so a value the
+form sends is always one it offered. No TensorFlow, no Gradio, no Ray.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -92,20 +95,29 @@ UPLOADS_FOLDER = ".uploads"  # under the runs folder: no run takes a name that s
 UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")  # the first 16 hex digits of the file's SHA-256
 UNPACKED_FACTOR = 10  # an upload's arrays unpack to at most this many times the upload limit
 GAN_SHAPES = ((28, 28), (28, 28, 1))  # the images the GAN's discriminator takes
+# How a run on 2+ worker processes starts them: the local launcher (`cluster`) or Ray Train.
+ENGINES = (("local processes", "local"), ("Ray", "ray"))
+RAY_MISSING = (
+    "the Ray engine needs Ray where the app runs, and it is not installed: pip install 'distcore[ray]' "
+    "(or pip install -r requirements-ray.txt), then restart the app; or choose local processes."
+)
 
 
 @dataclass(frozen=True)
 class Offer:
     """What the app's training form offers besides the built-ins: the models and tasks registered
     by DISTCORE_MODELS and DISTCORE_TASKS, as (name, module:function) pairs; MNIST when this
-    machine has it; the folder of checked uploads. A value the form sends must be one of these,
-    so a client never names a function or a file of its own."""
+    machine has it; the folder of checked uploads; the Ray engine where Ray is installed, and the
+    cluster its runs join (DISTCORE_RAY_ADDRESS; empty: a local Ray on 127.0.0.1). A value the form
+    sends must be one of these, so a client never names a function or a file of its own."""
 
     models: tuple[tuple[str, str], ...] = ()
     tasks: tuple[tuple[str, str], ...] = ()
     mnist: bool = False
     uploads: Path | None = None
     max_upload_bytes: int = 200 * 2**20
+    ray: bool = False
+    ray_address: str = ""
 
 
 def registered(setting: str, text) -> tuple[tuple[str, str], ...]:
@@ -126,9 +138,10 @@ def registered(setting: str, text) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def make_offer(runs_root, mnist: bool | None = None) -> Offer:
+def make_offer(runs_root, mnist: bool | None = None, ray: bool | None = None) -> Offer:
     """What an app on `runs_root` offers, from the settings (DistcoreError for a bad one). `mnist`:
-    whether this machine has MNIST (None: look, datasets.mnist_available)."""
+    whether this machine has MNIST (None: look, datasets.mnist_available); `ray`: whether Ray is
+    installed (None: look, ray_installed)."""
     from . import datasets
 
     megabytes = check_int("DISTCORE_MAX_UPLOAD_MB", env.get("DISTCORE_MAX_UPLOAD_MB"), low=1, high=10**6)
@@ -138,7 +151,17 @@ def make_offer(runs_root, mnist: bool | None = None) -> Offer:
         mnist=datasets.mnist_available() if mnist is None else bool(mnist),
         uploads=Path(runs_root) / UPLOADS_FOLDER,
         max_upload_bytes=megabytes * 2**20,
+        ray=ray_installed() if ray is None else bool(ray),
+        ray_address=str(env.get("DISTCORE_RAY_ADDRESS") or "").strip(),
     )
+
+
+def ray_installed() -> bool:
+    """Whether Ray can be imported here, found without importing it (the app's process never imports Ray)."""
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # (a module "ray" set to None, or one without a spec)
+        return False
 
 
 def task_choices(offer: Offer) -> list[tuple[str, str]]:
@@ -152,6 +175,26 @@ def model_choices(offer: Offer) -> list[tuple[str, str]]:
 def data_choices(offer: Offer) -> list[tuple[str, str]]:
     built_in = [(label, key) for key, label in DATA_NAMES.items() if key != "mnist" or offer.mnist]
     return [*built_in, ("Your .npz", UPLOAD)]
+
+
+def engine_choices(offer: Offer) -> list[tuple[str, str]]:
+    return [(label, key) for label, key in ENGINES if key != "ray" or offer.ray]
+
+
+def pick_engine(engine, workers: int, offer: Offer) -> str:
+    """How a run on `workers` worker processes starts them: "local" (the local launcher, `cluster`)
+    or "ray" (Ray Train, `train --engine ray`), named by its value or its label; empty is local. One
+    worker process trains in one process whatever the engine. Ray only where the offer has it."""
+    text = "" if engine is None else str(engine).strip()
+    key = next((k for label, k in ENGINES if text.lower() in (k, label.lower())), None) if text else "local"
+    if key is None:
+        offered = ", ".join(k for _, k in engine_choices(offer))
+        raise DistcoreError(f"engine {text!r} is not offered here: it must be one of: {offered}.")
+    if workers <= 1:
+        return "local"
+    if key == "ray" and not offer.ray:
+        raise DistcoreError(RAY_MISSING)
+    return key
 
 
 def pick(kind: str, value, choices, setting: str) -> str:
@@ -477,12 +520,12 @@ def data_label(data: str, offer: Offer | None = None) -> str:
         return Path(data).name
 
 
-def summary(cfg: TrainConfig, offer: Offer | None = None) -> str:
+def summary(cfg: TrainConfig, offer: Offer | None = None, engine: str = "local") -> str:
     """What a new run of `cfg` trains, in one line: 'cnn · adam 0.001 · 1 epoch (938 steps) of
     60,000 examples · batch 64 on 2 replicas'; the data is named when it is not the classifier's
-    Fashion-MNIST."""
+    Fashion-MNIST, and Ray when it starts the worker processes."""
     where = (
-        f"{cfg.workers} worker processes"
+        where_trained(cfg, engine)
         if cfg.workers > 1
         else f"{len(cfg.devices)} replica" + ("s" if len(cfg.devices) != 1 else "")
     )
@@ -494,6 +537,13 @@ def summary(cfg: TrainConfig, offer: Offer | None = None) -> str:
         f"{what} · {epochs} ({cfg.total_steps():,} steps{limit}) of {cfg.train_examples:,} examples{data} · "
         f"batch {cfg.global_batch} on {where} · {cfg.policy.upper()} · {cfg.api}"
     )
+
+
+def where_trained(cfg: TrainConfig, engine: str = "local") -> str:
+    """'2 worker processes', '2 worker processes on Ray', or the devices of one process: 'cpu:0, cpu:1'."""
+    if cfg.workers <= 1:
+        return ", ".join(cfg.devices)
+    return f"{cfg.workers} worker processes" + (" on Ray" if engine == "ray" else "")
 
 
 def form_values(cfg: TrainConfig, offer: Offer | None = None) -> dict:
@@ -574,6 +624,23 @@ TRAIN_FIELDS = (
 def train_args(cfg: TrainConfig) -> list[str]:
     """The `train` (or `cluster --workers W`) flags of a new run of `cfg`, --run-dir aside."""
     return config_args(cfg, TRAIN_FIELDS)
+
+
+def launch_command(workers: int, engine: str = "local", ray_address: str = "") -> list[str]:
+    """The command that trains a run on `workers` worker processes, before its --run-dir and flags:
+    `train` (one process), `cluster --workers W` (the local launcher), or `train --engine ray
+    --workers W` (Ray Train's workers; with `ray_address` they join that Ray cluster, without it the
+    driver starts a local Ray instance on 127.0.0.1). The run folder is the same either way, so a
+    run started on one engine resumes on the other."""
+    if engine not in {key for _, key in ENGINES}:
+        raise DistcoreError(f"engine {engine!r} must be one of: {', '.join(key for _, key in ENGINES)}.")
+    workers = int(workers)
+    if workers <= 1:
+        return ["train"]
+    if engine == "ray":
+        address = [f"--ray-address={ray_address}"] if ray_address else []  # (one word: an address is no flag)
+        return ["train", "--engine", "ray", "--workers", str(workers), *address]
+    return ["cluster", "--workers", str(workers)]
 
 
 def resume_args(cfg: TrainConfig) -> list[str]:

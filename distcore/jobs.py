@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from distcore import runs
+from distcore import forms, runs
 from distcore.config import DistcoreError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +96,8 @@ def pid_cmdline(pid) -> list[str]:
 
 
 def is_train_process(pid, run_dir: Path) -> bool:
-    """True if pid is live and trains this run: a `distcore train` (or `cluster`) for it, or
+    """True if pid is live and trains this run: a `distcore train` (or `cluster`, or the driver of a
+    Ray run, `train --engine ray`) for it, or
     a library caller's process that holds its lock, whose command line names no run (so a
     library run reads as running, and Resume does not start a process the lock would refuse)."""
     if not runs.pid_alive(pid):
@@ -134,8 +135,14 @@ def job_pid(run_dir: Path) -> int | None:
 
 
 def launch_record(run_dir) -> dict:
-    """job.json, what the app's last launch of the run wrote ({} if none): its pid, "started"."""
+    """job.json, what the app's last launch of the run wrote ({} if none): its pid, "started",
+    "resume" and "engine"."""
     return runs.read_json(Path(run_dir) / JOB_FILE) or {}
+
+
+def launched_engine(run_dir) -> str:
+    """The engine of the app's last launch of the run: "ray" (`train --engine ray`), else "local"."""
+    return "ray" if launch_record(run_dir).get("engine") == "ray" else "local"
 
 
 def launched_pid(run_dir: Path) -> int | None:
@@ -265,16 +272,26 @@ def _reap(proc: subprocess.Popen) -> None:
 
 
 def start_training(
-    runs_root, name: str, options: dict | list | None = None, resume: bool = False, workers: int = 1
+    runs_root,
+    name: str,
+    options: dict | list | None = None,
+    resume: bool = False,
+    workers: int = 1,
+    engine: str = "local",
+    ray_address: str = "",
 ) -> int:
     """Launch `distcore train` for run NAME in the background; return its pid at once.
 
-    With `workers` > 1 it launches `distcore cluster --workers W` instead: W worker
-    processes of one MultiWorkerMirroredStrategy, the chief writing the run directory.
+    With `workers` > 1 it launches W worker processes of one MultiWorkerMirroredStrategy, the
+    chief writing the run directory: `distcore cluster --workers W` (engine "local"), or
+    `distcore train --engine ray --workers W` (engine "ray": Ray Train's workers, on the Ray
+    cluster at `ray_address`, else on a local Ray the launched driver starts and stops). The pid is
+    the launcher's (or the Ray driver's), which passes a stop on to every worker.
     """
     run_dir = runs.safe_run_dir(runs_root, name)
+    command = forms.launch_command(workers, engine, ray_address)
     with launching(runs_root):
-        return launch(run_dir, name, options, resume, workers)
+        return launch(run_dir, name, options, resume, command)
 
 
 @contextlib.contextmanager
@@ -295,13 +312,13 @@ def launching(runs_root):
         os.close(fd)
 
 
-def launch(run_dir: Path, name: str, options, resume: bool, workers: int) -> int:
+def launch(run_dir: Path, name: str, options, resume: bool, command: list[str]) -> int:
     refuse_if_busy(run_dir, name)
     if resume and not (run_dir / "config.json").is_file():  # no checkpoint yet is fine: it starts from 0
         raise DistcoreError(f"run {name!r} was never started, so there is nothing to resume")
     if not resume and (run_dir / "config.json").exists():
         raise DistcoreError(f"run {name!r} already exists; pick another name or resume it")
-    command = ["cluster", "--workers", str(int(workers))] if workers > 1 else ["train"]
+    engine = "ray" if "--engine" in command else "local"
     args = [*command, "--run-dir", str(run_dir.resolve()), *options_to_args(options)]
     if resume:
         args.append("--resume")
@@ -316,7 +333,8 @@ def launch(run_dir: Path, name: str, options, resume: bool, workers: int) -> int
             start_new_session=True,
         )  # survives the request, own signals
     try:
-        (run_dir / JOB_FILE).write_text(json.dumps({"pid": proc.pid, "started": time.time(), "resume": resume}))
+        record = {"pid": proc.pid, "started": time.time(), "resume": resume, "engine": engine}
+        (run_dir / JOB_FILE).write_text(json.dumps(record))
     except OSError as err:  # untracked, it could be neither followed nor stopped
         proc.kill()
         proc.wait()

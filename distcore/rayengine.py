@@ -380,6 +380,8 @@ def train(args) -> int:
     workers = check_int("workers", args.workers, low=2, high=256)
     max_failures = MAX_FAILURES if args.max_failures is None else check_int("max failures", args.max_failures, low=0)
     cli.refuse_device_flags(args, "--engine ray", "on CPU each Ray worker is one replica")
+    if not args.ray_address:  # read as Ray is imported: the local instance advertises and binds 127.0.0.1 only
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     ray = import_ray()  # before the run folder is touched
     if args.resume:
         config = runs.resume_config(args.run_dir, {**cli.train_flags(args), "workers": workers, "devices": ("cpu:0",)})
@@ -397,13 +399,14 @@ def train(args) -> int:
         print(message, file=sys.stderr, flush=True)
 
     with stopping.handling(stopping.STOPS, record):
-        stop.announce(args.resume, config.total_steps())
         try:
             started = time.monotonic()
             start(ray, args.ray_address, workers)
             ray_seconds = time.monotonic() - started
             for sig in stopping.STOPS:  # ray.init puts its own SIGTERM handler in (it ends the driver at once)
                 signal.signal(sig, record)
+            # Announced once the handlers are back: the app signals a run once its status names the process.
+            stop.announce(args.resume, config.total_steps())
             try:
                 nodes = alive_nodes(ray)
                 check_storage(Path(args.run_dir), nodes)

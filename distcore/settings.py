@@ -61,6 +61,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("DISTCORE_MAX_UPLOAD_MB", "200", "the largest .npz file the app takes as an upload, in MB (1 or more)"),
     Setting(
+        "DISTCORE_RAY_ADDRESS",
+        "",
+        "the Ray cluster the app's Ray runs join (`train --engine ray --ray-address`); empty: each Ray run "
+        "starts a local Ray instance on 127.0.0.1 and stops it when the run ends",
+    ),
+    Setting(
         "GRADIO_SERVER_NAME",
         "127.0.0.1",
         "the address the app listens on (0.0.0.0: every interface, as in a container)",
@@ -124,6 +130,12 @@ INTERNAL: tuple[Setting, ...] = (
         "TF_USE_LEGACY_KERAS",
         None,
         "set to 1 by Ray in its workers; `--engine ray` gives its trainer the driver's value, so Keras 3 stays",
+    ),
+    Setting(
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+        None,
+        "set to 0 by `--engine ray` without `--ray-address`, before Ray is imported: the local Ray instance "
+        "then advertises and binds 127.0.0.1 only",
     ),
     Setting(
         "OMP_NUM_THREADS",

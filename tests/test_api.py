@@ -52,6 +52,16 @@ def test_view_api_lists_the_public_endpoints_only_each_parameter_named(tmp_path)
         "examples",
         "seed",
     ]
+    for name in ("/start_training", "/resume_training"):  # the engine of 2+ worker processes, after the form
+        assert [p["parameter_name"] for p in named[name]["parameters"]][-5:] == [
+            "checkpoints_kept",
+            "task",
+            "data",
+            "upload",
+            "engine",
+        ]
+        engine = named[name]["parameters"][-1]
+        assert engine["parameter_has_default"] and engine["parameter_default"] == "local"
 
 
 @pytest.fixture(scope="module")

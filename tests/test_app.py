@@ -16,7 +16,7 @@ import webapp.evaluate as evaluate_tab
 from conftest import fill_disk, tmpfs, wait_for
 from distcore import data, explain, follow, forms, jobs, plots, runs, verdicts
 from distcore.config import DistcoreError
-from webapp import format as fmt, hosting, loss, settings as appsettings, setup, shell, train, watch
+from webapp import format as fmt, hosting, loss, settings as appsettings, setup, shell, train, trainapi, watch
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_ONLY = {"tensorflow": "2.21.0", "gpus": [], "cpus": 1, "max_logical_cpus": 16}
@@ -911,12 +911,87 @@ def saved_run(root, name, step, **config):
 
 @pytest.fixture
 def launches(monkeypatch):
-    """What resume_run would launch: (name, args, workers) of each start_training call."""
-    calls = []
-    monkeypatch.setattr(
-        jobs, "start_training", lambda root, name, args, resume, workers: calls.append((name, args, workers)) or 4242
-    )
+    """What resume_run would launch: (name, args, workers) of each start_training call; the engine and
+    Ray address of each in `launches.engines`."""
+
+    class Calls(list):
+        engines: list
+
+    calls = Calls()
+    calls.engines = []
+
+    def start_training(root, name, args, resume=False, workers=1, engine="local", ray_address=""):
+        calls.append((name, args, workers))
+        calls.engines.append((engine, ray_address))
+        return 4242
+
+    monkeypatch.setattr(jobs, "start_training", start_training)
     return calls
+
+
+def with_ray(settings, installed=True, address=""):
+    """The app's settings where Ray is (or is not) installed, its runs joining `address`."""
+    import dataclasses
+
+    return dataclasses.replace(settings, offer=dataclasses.replace(settings.offer, ray=installed, ray_address=address))
+
+
+def test_two_worker_processes_start_on_the_engine_the_form_chose(settings, launches):
+    lock = threading.Lock()
+    ray = with_ray(settings, address="10.0.0.1:6379")
+    text, _ = train.start_run(ray, lock, "on-ray", *form(workers=2), engine="ray")
+    assert "Started **on-ray** (process 4242) on 2 worker processes on Ray; 20 steps" in text
+    assert launches[-1][2] == 2 and launches.engines[-1] == ("ray", "10.0.0.1:6379")
+    train.start_run(ray, lock, "local", *form(workers=2), engine="local")
+    train.start_run(ray, lock, "one", *form(workers=1), engine="ray")  # one process: no engine to choose
+    train.start_run(ray, lock, "default", *form(workers=2))
+    assert [e for e, _ in launches.engines[1:]] == ["local", "local", "local"]
+    # Where Ray is not installed the app does not offer it, and a client that asks for it is told why.
+    text, dropdown = train.start_run(with_ray(settings, installed=False), lock, "x", *form(workers=2), engine="ray")
+    assert is_error(text) and "pip install" in text and dropdown == gr.skip() and len(launches) == 4
+    text, _ = train.start_run(ray, lock, "x", *form(workers=2), engine="spark")
+    assert is_error(text) and "engine 'spark' is not offered here: it must be one of: local, ray" in text
+    # The fold's one line says where the workers run.
+    label = train.settings_summary(ray, *form(workers=2), engine="ray")["label"]
+    assert "batch 64 on 2 worker processes on Ray · AUTO" in label
+    assert "on 2 worker processes · AUTO" in train.settings_summary(ray, *form(workers=2))["label"]
+
+
+def test_a_ray_run_resumes_on_the_forms_engine_and_trains_more_on_its_own(settings, launches):
+    lock = threading.Lock()
+    ray = with_ray(settings)
+    run = saved_run(
+        settings.runs_root,
+        "pair",
+        20,
+        devices=("cpu:0",),
+        workers=2,
+        train_examples=6000,
+        test_examples=500,
+        steps_per_loop=5,
+    )
+    text, _ = train.resume_run(
+        ray, lock, "pair", *form(workers=2, train_examples=6000, epochs=2, max_steps=0), engine="ray"
+    )
+    assert "Resuming **pair** from ckpt-20, with epochs 1 → 2 on Ray" in text and launches.engines[-1] == ("ray", "")
+    train.resume_run(ray, lock, "pair", *form(workers=2, train_examples=6000, epochs=2, max_steps=0), engine="local")
+    assert launches.engines[-1] == ("local", "")
+    # Train 1 more epoch: the engine of the app's last launch of the run, while Ray is installed.
+    (run / "status.json").write_text(json.dumps({"state": "finished", "step": 20}))
+    (run / jobs.JOB_FILE).write_text(json.dumps({"pid": 1, "started": 0, "resume": False, "engine": "ray"}))
+    trainapi.train_more(ray, lock, [], "pair")
+    assert launches.engines[-1] == ("ray", "") and launches[-1][2] == 2
+    trainapi.train_more(with_ray(settings, installed=False), lock, [], "pair")
+    assert launches.engines[-1] == ("local", "")
+
+
+def test_the_engine_choice_shows_with_two_or_more_worker_processes_where_ray_is_installed(settings):
+    ray = with_ray(settings)
+    assert setup.engine_shown(ray, 2)["visible"] is True
+    assert setup.engine_shown(ray, 1)["visible"] is False
+    assert setup.engine_shown(ray, "2.5")["visible"] is False  # a value the form refuses
+    assert setup.engine_shown(with_ray(settings, installed=False), 2)["visible"] is False
+    assert "engine" in setup.KEPT_FIELDS  # a browser keeps it with the form
 
 
 def test_resume_takes_the_setup_forms_resumable_fields_and_refuses_the_others(settings, launches):

@@ -142,6 +142,52 @@ def test_resume_flags_parse_back_to_the_resumable_fields(tmp_path):
     assert cli.device_names(ns) == cfg.devices
 
 
+def test_the_engine_picks_the_launch_command_and_a_ray_run_parses_back_the_same(tmp_path):
+    assert forms.launch_command(1, "ray") == ["train"]  # one process: no workers to place
+    assert forms.launch_command(2) == forms.launch_command(2, "local") == ["cluster", "--workers", "2"]
+    assert forms.launch_command(2, "ray") == ["train", "--engine", "ray", "--workers", "2"]
+    command = forms.launch_command(3, "ray", "10.0.0.1:6379")
+    assert command == ["train", "--engine", "ray", "--workers", "3", "--ray-address=10.0.0.1:6379"]
+    with pytest.raises(DistcoreError, match="engine 'spark' must be one of: local, ray"):
+        forms.launch_command(2, "spark")
+    # As the app launches it (jobs.launch: the command, --run-dir, the flags), and as rayengine.train
+    # reads it: the same configuration, on 3 Ray workers of one CPU replica each.
+    cfg = CONFIGS[2].replace(workers=3)
+    ns = cli.build_parser().parse_args([*command, "--run-dir", str(tmp_path / "run"), *forms.train_args(cfg)])
+    assert (ns.command, ns.engine, ns.workers, ns.ray_address) == ("train", "ray", "3", "10.0.0.1:6379")
+    assert not ns.multi_worker and ns.replicas is None and ns.devices is None
+    assert TrainConfig(**cli.train_flags(ns), devices=("cpu:0",), workers=int(ns.workers)) == cfg
+    resume = [*forms.launch_command(2, "ray"), "--run-dir", "r", "--resume", *forms.resume_args(cfg.replace(epochs=3))]
+    ns = cli.build_parser().parse_args(resume)
+    assert ns.resume and ns.engine == "ray" and ns.ray_address is None and cli.train_flags(ns)["epochs"] == "3"
+
+
+def test_the_ray_engine_is_offered_where_ray_is_installed_and_read_without_importing_it(tmp_path, monkeypatch):
+    here, missing = forms.Offer(ray=True), forms.Offer()
+    assert forms.engine_choices(here) == [("local processes", "local"), ("Ray", "ray")]
+    assert forms.engine_choices(missing) == [("local processes", "local")]
+    assert forms.pick_engine("ray", 2, here) == forms.pick_engine("Ray", 2, here) == "ray"
+    assert forms.pick_engine(None, 2, here) == forms.pick_engine("", 2, here) == "local"
+    assert forms.pick_engine("ray", 1, here) == "local"  # one worker process trains in one process
+    assert forms.pick_engine("ray", 1, missing) == "local"
+    with pytest.raises(DistcoreError, match="needs Ray where the app runs.*pip install 'distcore\\[ray\\]'"):
+        forms.pick_engine("ray", 2, missing)
+    with pytest.raises(DistcoreError, match="engine 'spark' is not offered here: it must be one of: local\\."):
+        forms.pick_engine("spark", 1, missing)
+    cfg = CONFIGS[2]
+    assert " · batch 64 on 2 worker processes on Ray · DATA" in forms.summary(cfg, here, "ray")
+    assert " · batch 64 on 2 worker processes · DATA" in forms.summary(cfg, here)
+    assert forms.where_trained(CONFIGS[0], "ray") == "cpu:0, cpu:1"
+    # DISTCORE_RAY_ADDRESS: the cluster the app's Ray runs join; Ray found without being imported.
+    monkeypatch.setenv("DISTCORE_RAY_ADDRESS", " 10.0.0.1:6379 ")
+    offer = forms.make_offer(tmp_path, mnist=False)
+    assert offer.ray is forms.ray_installed() and offer.ray_address == "10.0.0.1:6379"
+    monkeypatch.delenv("DISTCORE_RAY_ADDRESS")
+    assert forms.make_offer(tmp_path, mnist=False, ray=False) == forms.Offer(uploads=tmp_path / forms.UPLOADS_FOLDER)
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` would fail
+    assert forms.ray_installed() is False
+
+
 def test_a_split_on_workers_goes_through_the_command_line_and_comes_back_the_same():
     for cfg in (
         SplitConfig(examples=12, global_batch=4, devices=("cpu:0",), policy="data", files=2, workers=2),
@@ -260,7 +306,8 @@ def test_explanations_of_batch_cuts_and_stops():
 
 def test_the_library_modules_import_neither_gradio_nor_tensorflow():
     code = (
-        "import sys; from distcore import forms, explain, follow, joblimit; "
-        "bad = [m for m in ('gradio', 'tensorflow') if m in sys.modules]; assert not bad, bad"
+        "import sys; from distcore import forms, explain, follow, joblimit, jobs; "
+        "forms.make_offer('runs', mnist=False); "
+        "bad = [m for m in ('gradio', 'tensorflow', 'ray') if m in sys.modules]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)

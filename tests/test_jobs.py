@@ -176,6 +176,32 @@ def test_stop_checkpoints_and_resume_continues(tmp_path):
     assert "stopped" in events and "resume" in events
 
 
+def test_a_ray_run_is_launched_as_its_driver_which_the_apps_stop_signals(tmp_path, monkeypatch):
+    # A stand-in with the driver's command line (`distcore train --engine ray --workers 2 ...`):
+    # the launched pid is the driver, which passes a stop on to Ray's workers.
+    stand_in = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "distcore"]
+    monkeypatch.setattr(jobs, "cli_command", lambda *args: [*stand_in, *args])
+    pid = jobs.start_training(tmp_path, "on-ray", SHORT, workers=2, engine="ray", ray_address="10.0.0.1:6379")
+    run_dir = tmp_path / "on-ray"
+    try:
+        assert jobs.pid_cmdline(pid)[len(stand_in) :][:7] == [
+            "train", "--engine", "ray", "--workers", "2", "--ray-address=10.0.0.1:6379", "--run-dir",
+        ]  # fmt: skip
+        assert jobs.job_pid(run_dir) == pid and jobs.is_active(run_dir)
+        assert jobs.launch_record(run_dir)["engine"] == jobs.launched_engine(run_dir) == "ray"
+        assert "$ distcore train --engine ray --workers 2" in (run_dir / jobs.LOG_FILE).read_text()
+        with pytest.raises(DistcoreError, match="run 'on-ray' is already training"):
+            jobs.start_training(tmp_path, "on-ray", SHORT, resume=True, workers=2, engine="ray")
+        # The driver names itself in a "starting" status as it begins (StopFlag.announce): the stop is its.
+        runs.write_status(run_dir, {"state": "starting", "pid": pid})
+        assert jobs.stop_training(run_dir, startup_timeout=5)
+        assert wait_for(lambda: not runs.pid_alive(pid), timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert jobs.launched_engine(tmp_path / "none") == "local"
+
+
 def test_stop_refuses_a_pid_that_is_not_the_runs_trainer(tmp_path):
     run_dir = tmp_path / "fake"
     run_dir.mkdir()

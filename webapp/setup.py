@@ -55,6 +55,7 @@ KEPT_FIELDS = (
     "task",
     "data",
     "upload",
+    "engine",
 )
 
 
@@ -97,6 +98,15 @@ def devices_in_use(workers):
         single = True
     info = None if single else "Not used with 2+ worker processes: each worker process has one CPU replica."
     return gr.update(interactive=single, info=info), gr.update(interactive=single)
+
+
+def engine_shown(settings: AppSettings, workers):
+    """The engine choice shows with 2+ worker processes, where Ray is installed (forms.engine_choices)."""
+    try:
+        several = check_int("worker processes", workers, high=forms.MAX_WORKERS) > 1
+    except DistcoreError:
+        several = False
+    return gr.update(visible=several and settings.offer.ray)
 
 
 # The distributed-input guide's three examples: (label, dataset size, global batch, replicas).
@@ -312,6 +322,15 @@ def build(settings: AppSettings, planner, bind) -> dict:
             with gr.Row():
                 ui["drop"] = gr.Checkbox(value=False, label="drop_remainder")
                 ui["workers"] = gr.Number(value=1, label="Worker processes", min_width=120)
+            # How Start training starts 2+ worker processes; a split on workers always runs them locally.
+            ui["engine"] = gr.Radio(
+                forms.engine_choices(settings.offer),
+                value="local",
+                label="Engine",
+                info="how 2 · Train starts the worker processes",
+                visible=False,
+                elem_id="dc-engine",
+            )
             with gr.Accordion("Data rows, source files", open=False):
                 ui["source"] = gr.Radio(
                     [("Toy ids 0 … N-1", TOY), ("Training data rows (2 · Train's Data), in epoch 1's order", FASHION)],
@@ -329,6 +348,14 @@ def build(settings: AppSettings, planner, bind) -> dict:
             queue=False,
             api_visibility="private",
         )
+    ui["workers"].change(
+        bind(engine_shown, settings),
+        ui["workers"],
+        ui["engine"],
+        show_progress="hidden",
+        queue=False,
+        api_visibility="private",
+    )
     ui["workers"].change(
         devices_in_use,
         ui["workers"],

@@ -25,19 +25,28 @@ REPEAT_SECONDS = 5  # a second Start with an empty name and the same form this s
 CONFIRM_SECONDS = 10  # a second Stop this soon stops a run this page did not start
 
 
-def start_run(settings: AppSettings, lock, run_name, *form):
-    """Start a training run in the background. Returns (message, run dropdown update)."""
+def start_run(settings: AppSettings, lock, run_name, *form, engine="local"):
+    """Start a training run in the background; `engine` starts 2+ worker processes (forms.pick_engine).
+    Returns (message, run dropdown update)."""
     try:
         name = runs.check_name(run_name) if run_name else None
         cfg = forms.train_config(settings.gpus, *form, offer=settings.offer)
+        engine = forms.pick_engine(engine, cfg.workers, settings.offer)
         # The limit check and the launch do not interleave, between this app's sessions (lock)
         # or with other apps on the same runs folder (joblimit's lock file).
         with lock, joblimit.slot(settings.runs_root, settings.max_jobs):
             name = name or runs.claim_new_name(settings.runs_root)
-            pid = jobs.start_training(settings.runs_root, name, forms.train_args(cfg), workers=cfg.workers)
+            pid = jobs.start_training(
+                settings.runs_root,
+                name,
+                forms.train_args(cfg),
+                workers=cfg.workers,
+                engine=engine,
+                ray_address=settings.offer.ray_address,
+            )
     except DistcoreError as e:
         return error_md(e), gr.skip()
-    where = f"{cfg.workers} worker processes" if cfg.workers > 1 else ", ".join(cfg.devices)
+    where = forms.where_trained(cfg, engine)
     msg = (
         f"Started **{name}** (process {pid}) on {where}; "
         f"{cfg.total_steps()} steps. It runs in the background: you can close this page."
@@ -45,21 +54,22 @@ def start_run(settings: AppSettings, lock, run_name, *form):
     return msg, watch.run_dropdown(settings, name)
 
 
-def start_click(settings: AppSettings, lock, recent, run_name, *form):
-    """The Start button: start_run, except that a repeat click (empty name, same form, within
-    REPEAT_SECONDS of this session's last start) starts nothing. Returns start_run's outputs
+def start_click(settings: AppSettings, lock, recent, run_name, *form, engine="local"):
+    """The Start button: start_run, except that a repeat click (empty name, same form and engine,
+    within REPEAT_SECONDS of this session's last start) starts nothing. Returns start_run's outputs
     and this session's last start (gr.State)."""
     now = time.time()
-    if not run_name and recent and recent["form"] == list(form) and now - recent["time"] < REPEAT_SECONDS:
+    form = [*form, engine]
+    if not run_name and recent and recent["form"] == form and now - recent["time"] < REPEAT_SECONDS:
         return (
             f"Already started **{recent['name']}** {now - recent['time']:.0f} s ago with these "
             "settings; this click started nothing.",
             gr.skip(),
             recent,
         )
-    message, dropdown = start_run(settings, lock, run_name, *form)
+    message, dropdown = start_run(settings, lock, run_name, *form[:-1], engine=engine)
     if isinstance(dropdown, dict) and dropdown.get("value") and not run_name:
-        recent = {"name": dropdown["value"], "form": list(form), "time": now}
+        recent = {"name": dropdown["value"], "form": form, "time": now}
     return message, dropdown, recent
 
 
@@ -69,8 +79,8 @@ def claiming(settings: AppSettings, handler):
     it started: [name, pid]. A claim names the process, so it ends with that process: a later
     resume of the run, by another user or the CLI, is not this page's."""
 
-    def claim(mine, *args):
-        out = handler(*args)
+    def claim(mine, *args, **options):
+        out = handler(*args, **options)
         started = out[1].get("value") if isinstance(out[1], dict) else None  # gr.skip(): nothing started
         if not started:
             return (*out, mine)
@@ -115,22 +125,30 @@ def stop_run(settings: AppSettings, name) -> str:
     return f"Stopping **{name}**: {explain.stop_point(runs.shown_config(run_dir)[0])}"
 
 
-def resume_run(settings: AppSettings, lock, name, *form):
+def resume_run(settings: AppSettings, lock, name, *form, engine="local"):
     """Continue a run from its latest checkpoint with the Setup form's resumable fields
-    (forms.FORM_RESUMABLE: a max steps of 0 or empty lifts the limit). A form that differs from
-    the run in any other field is refused before any process starts, so a resume never quietly
-    trains with settings other than the ones the form shows."""
+    (forms.FORM_RESUMABLE: a max steps of 0 or empty lifts the limit) and its engine (the run folder
+    is the same on either, so a run started on Ray may resume on local processes, or back). A form
+    that differs from the run in any other field is refused before any process starts, so a resume
+    never quietly trains with settings other than the ones the form shows."""
     try:
         run_dir = watch.run_dir_of(settings, name)
         saved = runs.saved_config(run_dir)
         wanted = forms.resumed_config(
             run_dir.name, saved, forms.train_config(settings.gpus, *form, offer=settings.offer)
         )
+        engine = forms.pick_engine(engine, wanted.workers, settings.offer)
         runs.resume_config(run_dir, forms.resumable_values(wanted))  # as the CLI checks it
         # A run still training is refused before the job limit, which counts its process too.
         with lock, joblimit.slot(settings.runs_root, settings.max_jobs, busy=run_dir):
             pid = jobs.start_training(
-                settings.runs_root, run_dir.name, forms.resume_args(wanted), resume=True, workers=wanted.workers
+                settings.runs_root,
+                run_dir.name,
+                forms.resume_args(wanted),
+                resume=True,
+                workers=wanted.workers,
+                engine=engine,
+                ray_address=settings.offer.ray_address,
             )
     except (DistcoreError, ValueError) as e:
         return error_md(e), gr.skip()
@@ -138,6 +156,7 @@ def resume_run(settings: AppSettings, lock, name, *form):
     where = f"from {saved_ones[-1]}" if saved_ones else "from step 0 (it has no checkpoint yet)"
     changed = forms.resume_changes(saved, wanted)
     changes = f", with {', '.join(changed)}" if changed else ""
+    changes += " on Ray" if engine == "ray" else ""
     return (
         f"Resuming **{run_dir.name}** {where}{changes}; {wanted.total_steps()} steps in all (process {pid}).",
         watch.run_dropdown(settings, run_dir.name),
@@ -218,11 +237,12 @@ def export_run(settings: AppSettings, run):
     return [str(csv_path), str(config_path)], f"Exported **{run_dir.name}**: metrics CSV and config.json."
 
 
-def settings_summary(settings: AppSettings, *form) -> str:
+def settings_summary(settings: AppSettings, *form, engine="local") -> str:
     """The training fold's label: what Start trains, in one line (or what is wrong with the form)."""
     try:
         cfg = forms.train_config(settings.gpus, *form, offer=settings.offer)
-        return gr.update(label="Training: " + forms.summary(cfg, settings.offer))
+        engine = forms.pick_engine(engine, cfg.workers, settings.offer)
+        return gr.update(label="Training: " + forms.summary(cfg, settings.offer, engine))
     except DistcoreError as e:
         return gr.update(label=f"Training settings: {e}")
 
@@ -294,9 +314,10 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
     mine = gr.State([])  # per session: the runs it started or resumed (claiming)
     armed = gr.State(None)  # per session: a Stop of another run, waiting for its second click
     form = train_form(setup)
+    engine = setup["engine"]  # after the form, as the API's /start_training and /resume_training take it
     start.click(
         bind(trainapi.start_training, settings, lock),
-        [mine, recent, ui["name"], *form],
+        [mine, recent, ui["name"], *form, engine],
         [ui["message"], ui["run"], ui["answer"], recent, mine],
         api_name="start_training",
     )
@@ -308,7 +329,7 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
     )
     resume.click(
         bind(trainapi.resume_training, settings, lock),
-        [mine, ui["run"], *form],
+        [mine, ui["run"], *form, engine],
         [ui["message"], ui["run"], ui["answer"], mine],
         api_name="resume_training",
     )
@@ -352,9 +373,9 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
     export.click(bind(export_run, settings), ui["run"], [ui["files"], ui["export_msg"]], api_name="export_run")
     # The fold's label says what Start trains, redrawn as any field changes (tab 1's too).
     gr.on(
-        [f.change for f in form],
-        bind(settings_summary, settings),
-        form,
+        [f.change for f in [*form, engine]],
+        lambda *values: settings_summary(settings, *values[:-1], engine=values[-1]),
+        [*form, engine],
         fold,
         show_progress="hidden",
         queue=False,

@@ -8,7 +8,7 @@ import functools
 
 import gradio as gr
 
-from distcore import follow, forms, runs
+from distcore import follow, forms, jobs, runs
 from distcore.config import DistcoreError
 
 from . import train, watch  # (train's functions are read at call time: it imports this module)
@@ -22,8 +22,8 @@ def answer(message: str, **values) -> dict:
 
 
 # The page's Start, Stop and Resume are the API's /start_training, /stop_training and
-# /resume_training: named parameters (the form's fields, the State first, which the API leaves
-# out), the page's answer, and that answer as plain values.
+# /resume_training: named parameters (the form's fields, then the engine; the State first, which
+# the API leaves out), the page's answer, and that answer as plain values.
 def start_training(
     settings: AppSettings,
     lock,
@@ -51,10 +51,11 @@ def start_training(
     task="classifier",
     data="fashion-mnist",
     upload=None,
+    engine="local",
 ):
-    form = list(locals().values())[5:]
+    form = list(locals().values())[5:-1]
     message, dropdown, recent, mine = train.claiming(settings, functools.partial(train.start_click, settings, lock))(
-        mine, recent, run_name, *form
+        mine, recent, run_name, *form, engine=engine
     )
     started = dropdown.get("value") if isinstance(dropdown, dict) else None
     return message, dropdown, answer(message, run=started), recent, mine
@@ -91,26 +92,30 @@ def resume_training(
     task="classifier",
     data="fashion-mnist",
     upload=None,
+    engine="local",
 ):
-    form = list(locals().values())[4:]
+    form = list(locals().values())[4:-1]
     message, dropdown, mine = train.claiming(settings, functools.partial(train.resume_run, settings, lock))(
-        mine, run, *form
+        mine, run, *form, engine=engine
     )
     return message, dropdown, answer(message, run=run), mine
 
 
 def train_more(settings: AppSettings, lock, mine, run):
-    """Resume a finished run with follow.MORE_EPOCHS more epochs, its own settings otherwise."""
+    """Resume a finished run with follow.MORE_EPOCHS more epochs, its own settings otherwise, on the
+    engine the app last launched it on (Ray where it still is installed, else local processes)."""
     try:
-        cfg = follow.more_epochs_config(runs.saved_config(watch.run_dir_of(settings, run)))
+        run_dir = watch.run_dir_of(settings, run)
+        cfg = follow.more_epochs_config(runs.saved_config(run_dir))
     except (DistcoreError, ValueError) as e:
         return error_md(e), gr.skip(), answer(error_md(e), run=run), mine
     count = len(cfg.devices) if not settings.gpus else None
     boxes = list(cfg.devices) if settings.gpus else []
     values = forms.form_values(cfg, settings.offer)
     form = [count, boxes, *(values[key] for key, _ in forms.TRAIN_FORM[2:])]
+    engine = jobs.launched_engine(run_dir) if settings.offer.ray else "local"
     message, dropdown, mine = train.claiming(settings, functools.partial(train.resume_run, settings, lock))(
-        mine, run, *form
+        mine, run, *form, engine=engine
     )
     return message, dropdown, answer(message, run=run), mine
 
