@@ -32,7 +32,7 @@ The public API, each name documented on its object (`help(distcore.Controller)`)
   TrainConfig, SplitConfig, DistcoreError   configuration and the error for people
   train, Run                                train a task on data in a run folder, in this process
   Task, Classifier, GAN, StepContext        what a step does: built in, or your own subclass
-  Arrays                                    your own data as numpy arrays
+  Arrays, Datasets                          your own data: numpy arrays, or tf.data pipelines
   Controller, StopFlag                      train a run; ask it to stop
   configure_devices                         split the CPU into logical devices (call first)
   plan_split                                which example ids each replica gets
@@ -60,6 +60,7 @@ _LAZY = {
     "train": ("trainer", "train"),
     "Run": ("trainer", "Run"),
     "Arrays": ("datasets", "Arrays"),
+    "Datasets": ("datasets", "Datasets"),
     "Task": ("tasks", "Task"),
     "StepContext": ("tasks", "StepContext"),
     "Classifier": ("tasks", "Classifier"),

@@ -235,7 +235,9 @@ def find(run_dir, name: str | None) -> tuple[str, int]:
     return name, step
 
 
-def restored(run_dir, name: str | None = None, device_names=None, data_dir=None, task=None, load_data: bool = True):
+def restored(
+    run_dir, name: str | None = None, device_names=None, data_dir=None, task=None, load_data: bool = True, data=None
+):
     """A run's task restored from a checkpoint on a device set (None: no strategy, as the
     tutorial restores one), with its test data. Returns a namespace of plain fields:
     runner, strategy, config, data (None unless `load_data`), checkpoint, step, devices, notes."""
@@ -253,7 +255,9 @@ def restored(run_dir, name: str | None = None, device_names=None, data_dir=None,
     strategy = devices.make_strategy(device_names) if device_names else tf.distribute.get_strategy()
     notes = []
     examples = None
-    if load_data:
+    if isinstance(data, datasets.Datasets):
+        examples = data
+    elif load_data:
         if config.data == "fashion-mnist":
             examples = data_lib.load(
                 data_dir or config.data_dir,
@@ -293,6 +297,7 @@ def evaluate(
     *,
     devices=None,
     task=None,
+    data=None,
 ) -> dict:
     """Restore a checkpoint into a fresh model and measure it on the run's test set.
 
@@ -301,7 +306,8 @@ def evaluate(
     value is a device set, read and checked as `devices.resolve` reads one (a count too).
     `data_dir` overrides the run's own (the data moved, or this is another host). `name` is a
     checkpoint such as "ckpt-500" (None: the newest intact one). `task`: the run's Task object,
-    for a task no other process can import (a notebook's). Returns plain values: checkpoint, step,
+    for a task no other process can import (a notebook's); `data`: the run's `Datasets`, for a run
+    that trained on them. Returns plain values: checkpoint, step,
     devices, examples, data_dir, the task's test metrics without their "test_" prefix (a
     classifier's accuracy and loss; the GAN's d_loss, g_loss and its image grid as a PNG path),
     a note when anything was read from elsewhere than asked, and with `details` a classifier's
@@ -311,7 +317,7 @@ def evaluate(
     from .controller import test_dataset
 
     chosen = device_names if device_names is not None else devices
-    found = restored(run_dir, name, chosen, data_dir, task)
+    found = restored(run_dir, name, chosen, data_dir, task, data=data)
     runner, config, data = found.runner, found.config, found.data
     tested = runner.run_test(test_dataset(found.strategy, config, data))
     result = {
@@ -320,7 +326,7 @@ def evaluate(
         **{key.removeprefix("test_"): value for key, value in tested.items()},
         "examples": config.test_examples,
         "devices": found.devices,
-        "data_dir": data.source,
+        "data_dir": getattr(data, "source", None),
         "task": config.task,
     }
     if isinstance(runner.task, tasks.GAN):
@@ -328,7 +334,7 @@ def evaluate(
         result["grid"] = str(tasks.write_png(runner.task.grid(), folder / f"grid-{found.checkpoint}.png"))
     if found.notes:
         result["note"] = " ".join(found.notes)
-    if details and isinstance(runner.task, tasks.Classifier):
+    if details and isinstance(runner.task, tasks.Classifier) and hasattr(data, "test_images"):
         result["confusion"] = confusion_matrix(runner.task.model, data)
         result["samples"] = sample_predictions(runner.task.model, data, count=min(16, config.test_examples))
     return result

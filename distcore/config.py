@@ -230,7 +230,7 @@ def check_data(value) -> str:
         raise DistcoreError(f"data ({value!r}) must be fashion-mnist, mnist, or the path of an .npz file.")
     text = value.strip()
     named = text.lower().replace("_", "-")
-    if named in (*DATASETS, "arrays"):
+    if named in (*DATASETS, "arrays", "datasets"):
         return named
     if text.lower().endswith(".npz"):
         return os.path.abspath(os.path.expanduser(text))

@@ -40,6 +40,12 @@ def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
     """The epoch's shuffled examples, minus the batches a resumed run already trained on."""
 
     def make():
+        if isinstance(data, datasets.Datasets):  # the caller's pipeline orders its epoch itself
+            ds = data.train(epoch, config.seed).take(config.train_examples)
+            ds = inputs.whole_global_batches(
+                ds, config.train_examples, config.global_batch, config.api, config.drop_remainder
+            )
+            return ds.skip(skip_batches * config.global_batch) if skip_batches else ds
         files = inputs.train_records(data, config.train_examples) if config.policy == "file" else None
         with inputs.seeded(config.seed):  # a shuffle's order follows the global seed too
             if files:  # FILE sharding needs a dataset read from files (the built-in datasets' only)
@@ -59,7 +65,10 @@ def train_examples(config: TrainConfig, data, epoch: int, skip_batches: int):
 
 def test_dataset(strategy, config: TrainConfig, data):
     n = config.test_examples
-    make = lambda: inputs.in_memory(data.test_images[:n], data.test_labels[:n])  # noqa: E731
+    if isinstance(data, datasets.Datasets):
+        make = lambda: data.test().take(n)  # noqa: E731
+    else:
+        make = lambda: inputs.in_memory(data.test_images[:n], data.test_labels[:n])  # noqa: E731
     # Arrays in memory have no files: across workers FILE would be TensorFlow's error, and
     # AUTO would fall back to DATA.
     policy = "data" if config.policy == "file" else config.policy
@@ -203,9 +212,16 @@ class Controller:
         for the built-in classifier is only located here and read after the folder is claimed, so a
         stop is honoured while the files are read."""
         config = self.config
+        if isinstance(self.given_data, datasets.Datasets):
+            if config.data != datasets.DATASETS:
+                raise DistcoreError("data=Datasets(...) needs a configuration whose data is 'datasets'.")
+            self.task_object.check_data(self.given_data)
+            return self.given_data
         if self.given_data is not None:
             if not isinstance(self.given_data, datasets.Arrays):
-                raise DistcoreError(f"data must be a distcore.Arrays, not {type(self.given_data).__name__}.")
+                raise DistcoreError(
+                    f"data must be a distcore.Arrays or distcore.Datasets, not {type(self.given_data).__name__}."
+                )
             if config.data != datasets.ARRAYS or resume:
                 raise DistcoreError(
                     "data=Arrays(...) is for a new run whose configuration says data='arrays' (distcore.train "
@@ -417,7 +433,9 @@ class Controller:
             # installed the signal handler first), so say the process is there.
             self.status_before = self.stop.status_before(self.run_dir) if resume else None  # for put_back()
             previous_step = (self.status_before or {}).get("step", 0)
-            if self.given_data is not None and not resume:  # the run's own copy: resume and evaluate read it
+            if (
+                isinstance(self.given_data, datasets.Arrays) and not resume
+            ):  # the run's own copy: resume and evaluate read it
                 self.given_data.save(self.run_dir / datasets.RUN_DATA_FILE)
             runs.write_json_atomic(
                 self.run_dir / "status.json",

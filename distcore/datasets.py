@@ -8,6 +8,9 @@ A run's config.json names its data (`TrainConfig.data`):
                    a folder given as data_dir (mnist.npz, or the four IDX .gz files), or downloaded
                    by Keras where the machine has internet;
   "arrays"         the run folder's data.npz, written when a library caller trains on `Arrays`;
+  "datasets"       a library caller's `Datasets`: tf.data pipelines made by the caller's functions,
+                   for data that does not fit in memory (this process only: pass them again to
+                   resume or evaluate);
   a path to .npz   a file with arrays x_train, y_train, x_test, y_test (the app's uploads too).
 
 User arrays are checked before anything trains (`check_arrays`): every message says what is
@@ -30,6 +33,7 @@ from .data import Examples
 KEYS = ("x_train", "y_train", "x_test", "y_test")
 BUILT_IN = ("fashion-mnist", "mnist")
 ARRAYS = "arrays"  # the run folder's own copy of a library caller's arrays
+DATASETS = "datasets"  # a library caller's Datasets, which only its own process has
 RUN_DATA_FILE = "data.npz"
 MAX_CLASSES = 100_000
 MNIST_NPZ = "mnist.npz"
@@ -62,6 +66,51 @@ class Arrays:
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, **{k: getattr(self, k) for k in KEYS})
         os.replace(tmp, path)
+
+
+@dataclass(frozen=True, eq=False)
+class Datasets:
+    """Data that does not fit in memory, as `tf.data` pipelines your functions make:
+
+        Datasets(train=lambda epoch, seed: ..., test=lambda: ..., train_examples=N, test_examples=M)
+
+    `train(epoch, seed)` returns the unbatched (x, y) examples of that epoch (0-based), in an order
+    that depends on nothing else, so a resumed run skips exactly the batches it trained; `test()`
+    the unbatched test examples. distcore takes the first `train_examples` and `test_examples`,
+    batches them by the global batch, distributes them, and maps them as it does arrays (uint8
+    scaled to [0, 1], the rest cast to float32; labels to int32). `classes`: the number of classes,
+    for the model check (None: not checked)."""
+
+    train: object
+    test: object
+    train_examples: int
+    test_examples: int
+    classes: int | None = None
+    source: str = "datasets"
+    name: str = DATASETS
+    channel: bool = False
+
+    def __post_init__(self):
+        from .config import check_int
+
+        if not callable(self.train) or not callable(self.test):
+            raise DistcoreError(
+                "Datasets(train=..., test=...) takes two functions: train(epoch, seed) and test(), each "
+                "returning an unbatched tf.data.Dataset of (x, y)."
+            )
+        object.__setattr__(self, "train_examples", check_int("train_examples", self.train_examples, high=10**12))
+        object.__setattr__(self, "test_examples", check_int("test_examples", self.test_examples, high=10**12))
+
+    def first(self):
+        """One training example, as numpy (x, y), for checks."""
+        for x, y in self.train(0, 0).take(1):
+            return x.numpy()[None], y.numpy()[None]
+        raise DistcoreError("Datasets.train(0, seed) gave no example: each split needs at least one.")
+
+    def transform_x(self, x):
+        from .inputs import scale_and_cast
+
+        return scale_and_cast(x, np.zeros(len(x), np.int32))[0]
 
 
 def check_arrays(arrays: dict, where: str = "") -> dict:
@@ -228,6 +277,11 @@ def load(name: str, *, data_dir=None, run_dir=None, saved_in=None, on_note=None)
         return data_lib.load(data_dir, saved_in=saved_in, on_note=on_note)
     if name == "mnist":
         return load_mnist(data_dir)
+    if name == DATASETS:
+        raise DistcoreError(
+            "the run trained on Datasets made by a notebook's or script's functions, which only that process "
+            "has: pass them again (data=Datasets(...))."
+        )
     if name == ARRAYS:
         if run_dir is None:
             raise DistcoreError("the run's data are arrays kept in its folder: name the run folder.")

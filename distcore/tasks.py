@@ -286,7 +286,8 @@ class Classifier(Task):
         from .model import forward
 
         model = self.make_model()
-        sample = examples.transform_x(examples.train_images[:1])
+        first = examples.first()[0] if hasattr(examples, "first") else examples.train_images[:1]
+        sample = examples.transform_x(first)
         try:
             out = forward(model, sample, training=False)
         except Exception as err:  # Keras's own message says which shapes disagree
@@ -297,7 +298,7 @@ class Classifier(Task):
             raise DistcoreError(
                 f"the model's output has shape {tuple(out.shape)}: a classifier's must be (batch, classes)."
             )
-        if int(out.shape[-1]) < examples.classes:
+        if examples.classes is not None and int(out.shape[-1]) < examples.classes:
             raise DistcoreError(
                 f"the model gives {int(out.shape[-1])} outputs but the labels go up to {examples.classes - 1}: "
                 f"a classifier of {examples.classes} classes needs at least {examples.classes} outputs."
@@ -464,7 +465,8 @@ class GAN(Task):
         }
 
     def check_data(self, examples) -> None:
-        shape = tuple(examples.train_images.shape[1:])
+        first = examples.first()[0] if hasattr(examples, "first") else examples.train_images[:1]
+        shape = tuple(first.shape[1:])
         if shape not in ((28, 28), (28, 28, 1)):
             raise DistcoreError(
                 f"the GAN generates 28x28 grey images and trains on images of that shape; the data's "

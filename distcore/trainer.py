@@ -45,6 +45,12 @@ def data_fields(data, run_dir) -> tuple[dict, datasets.Arrays | None]:
         return {}, None
     if isinstance(data, datasets.Arrays):
         return {"data": datasets.ARRAYS, "train_examples": len(data.y_train), "test_examples": len(data.y_test)}, data
+    if isinstance(data, datasets.Datasets):
+        return {
+            "data": datasets.DATASETS,
+            "train_examples": data.train_examples,
+            "test_examples": data.test_examples,
+        }, data
     if isinstance(data, (str, Path)):
         fields = {"data": str(data)}
         text = str(data).strip().lower()
@@ -53,8 +59,8 @@ def data_fields(data, run_dir) -> tuple[dict, datasets.Arrays | None]:
             fields.update(train_examples=len(found.train_labels), test_examples=len(found.test_labels))
         return fields, None
     raise DistcoreError(
-        f"data must be distcore.Arrays(x_train, y_train, x_test, y_test), 'fashion-mnist', 'mnist' or the path "
-        f"of an .npz file; not {type(data).__name__}."
+        f"data must be distcore.Arrays(x_train, y_train, x_test, y_test), distcore.Datasets(...), 'fashion-mnist', "
+        f"'mnist' or the path of an .npz file; not {type(data).__name__}."
     )
 
 
@@ -86,7 +92,7 @@ def train(
     if resume:
         given = {**settings, "devices": names}
         config = runs.resume_config(run_dir, given)
-        arrays = None
+        arrays = data if isinstance(data, datasets.Datasets) else None  # (arrays: the run folder keeps them)
     else:
         fields, arrays = data_fields(data, run_dir)
         kind, model = tasks.task_reference(task)

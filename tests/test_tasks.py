@@ -266,6 +266,34 @@ def test_the_gan_draws_the_same_grid_from_a_checkpoint_on_any_device_set(tmp_pat
     assert generator.output_shape == (None, 28, 28, 1)
 
 
+def test_datasets_too_large_for_memory_train_resume_and_evaluate_from_their_functions(tmp_path):
+    data = arrays()
+
+    def train(epoch, seed):  # a pipeline of the caller's, in an order set by the epoch and seed alone
+        ds = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
+        return ds.shuffle(480, seed=seed * 1000 + epoch, reshuffle_each_iteration=False)
+
+    def test():
+        return tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test))
+
+    source = distcore.Datasets(train, test, train_examples=480, test_examples=120, classes=3)
+    settings = dict(devices=2, global_batch=32, seed=4, learning_rate=0.01)
+    first = distcore.train(distcore.Classifier(make_model), source, tmp_path / "d", epochs=2, max_steps=20, **settings)
+    assert first.state == "finished" and first.step == 20
+    with pytest.raises(distcore.DistcoreError, match="pass them again"):
+        distcore.evaluate(tmp_path / "d", devices=None)
+    again = distcore.train(
+        distcore.Classifier(make_model), source, tmp_path / "d", resume=True, max_steps=0, **settings
+    )
+    assert again.state == "finished" and again.step == 30
+    assert [r["step"] for r in step_records(again)] == list(range(1, 31))
+    evaluated = distcore.evaluate(tmp_path / "d", devices=cpus(3), data=source)
+    logged = [r for r in again.records if r.get("event") == "checkpoint"][-1]
+    assert evaluated["accuracy"] == pytest.approx(logged["test_accuracy"], abs=1 / 120)
+    whole = distcore.train(distcore.Classifier(make_model), source, tmp_path / "w", epochs=2, **settings)
+    assert [r["loss"] for r in step_records(whole)] == pytest.approx([r["loss"] for r in step_records(again)], rel=1e-5)
+
+
 def test_task_references_name_what_another_process_can_import():
     assert tasks.task_reference(distcore.Classifier("mlp")) == ("classifier", "mlp")
     assert tasks.task_reference(distcore.GAN()) == ("gan", "cnn")
