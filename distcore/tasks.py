@@ -23,7 +23,6 @@ zero-argument factory) and `GAN` (the loop-from-scratch guide's). A user's own s
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import re
 import sys
@@ -597,7 +596,3 @@ def coerce(task) -> Task:
         f"task must be a distcore Task (Classifier(...), GAN(), or your subclass), 'classifier', 'gan' or "
         f"module:function; not {type(task).__name__}."
     )
-
-
-def describe_json(value) -> str:
-    return json.dumps(value)
