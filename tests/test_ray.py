@@ -131,31 +131,7 @@ def test_a_local_run_folder_is_refused_on_a_cluster_of_several_nodes(tmp_path, m
 
 
 @pytest.mark.slow
-def test_two_ray_workers_train_as_two_replicas_do(tmp_path):
-    ray_run, local_run = tmp_path / "ray", tmp_path / "local"
-    result = distcore(
-        "train", "--engine", "ray", "--workers", "2", "--run-dir", str(ray_run), "--max-steps", "6", *SMALL, "--json"
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert (runs.read_status(ray_run) or {}).get("state") == "finished"
-    assert runs.list_checkpoints(ray_run) == ["ckpt-6"]
-    assert json.loads((ray_run / "config.json").read_text())["workers"] == 2
-    ray_losses = {r["step"]: r["loss"] for r in records(result.stdout) if "loss" in r}
-    assert sorted(ray_losses) == list(range(1, 7))
-
-    local = distcore("train", "--replicas", "2", "--run-dir", str(local_run), "--max-steps", "1", *SMALL, "--json")
-    assert local.returncode == 0, local.stderr[-2000:]
-    local_loss = next(r["loss"] for r in records(local.stdout) if r.get("step") == 1 and "loss" in r)
-    assert ray_losses[1] == pytest.approx(local_loss, abs=1e-5)
-
-    logged = [r for r in runs.read_metrics(ray_run) if "test_accuracy" in r][-1]
-    evaluated = distcore("evaluate", "--run-dir", str(ray_run), "--no-strategy", "--json")
-    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
-    assert json.loads(evaluated.stdout.splitlines()[-1])["accuracy"] == pytest.approx(logged["test_accuracy"], abs=1e-6)
-
-
-@pytest.mark.slow
-def test_sigterm_stops_the_ray_workers_with_a_checkpoint_and_resume_continues(tmp_path):
+def test_ray_workers_train_as_two_replicas_stop_with_a_checkpoint_and_resume(tmp_path):
     run = tmp_path / "run"
     process = driver("--run-dir", str(run), *STEADY)
     try:
@@ -169,6 +145,16 @@ def test_sigterm_stops_the_ray_workers_with_a_checkpoint_and_resume_continues(tm
     assert runs.list_checkpoints(run)[-1] == f"ckpt-{status['step']}"
     assert "Ray restarted" not in err  # a stop is no failure: nothing restarts the workers
     assert trainers(run) == []
+    assert json.loads((run / "config.json").read_text())["workers"] == 2
+
+    # The two Ray workers' first step is the 2-replica single-process run's.
+    local = distcore(
+        "train", "--replicas", "2", "--run-dir", str(tmp_path / "local"), *STEADY, "--max-steps", "1", "--json"
+    )
+    assert local.returncode == 0, local.stderr[-2000:]
+    local_loss = next(r["loss"] for r in records(local.stdout) if r.get("step") == 1 and "loss" in r)
+    first = next(r["loss"] for r in runs.read_metrics(run) if r.get("step") == 1 and "loss" in r)
+    assert first == pytest.approx(local_loss, abs=1e-5)
 
     resumed = distcore("train", "--engine", "ray", "--workers", "2", "--resume", "--run-dir", str(run), "--json")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -179,6 +165,10 @@ def test_sigterm_stops_the_ray_workers_with_a_checkpoint_and_resume_continues(tm
         f"resumed from ckpt-{status['step']} at step {status['step']}"
     ]
     assert trainers(run) == []
+    logged = [r for r in runs.read_metrics(run) if "test_accuracy" in r][-1]
+    evaluated = distcore("evaluate", "--run-dir", str(run), "--no-strategy", "--json")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert json.loads(evaluated.stdout.splitlines()[-1])["accuracy"] == pytest.approx(logged["test_accuracy"], abs=1e-6)
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ evaluation on any device set, export."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -292,6 +293,18 @@ def test_datasets_too_large_for_memory_train_resume_and_evaluate_from_their_func
     assert evaluated["accuracy"] == pytest.approx(logged["test_accuracy"], abs=1 / 120)
     whole = distcore.train(distcore.Classifier(make_model), source, tmp_path / "w", epochs=2, **settings)
     assert [r["loss"] for r in step_records(whole)] == pytest.approx([r["loss"] for r in step_records(again)], rel=1e-5)
+
+
+def test_a_model_that_does_not_fit_the_data_is_refused_before_the_run_is_made(tmp_path):
+    two_outputs = lambda: keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])  # noqa: E731
+    wrong_input = lambda: keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])  # noqa: E731
+    for factory, message in (
+        (two_outputs, "the model gives 2 outputs but the labels go up to 2"),
+        (wrong_input, "the model cannot take the data's examples of shape (8,)"),
+    ):
+        with pytest.raises(distcore.DistcoreError, match=re.escape(message)):
+            distcore.train(distcore.Classifier(factory), arrays(), tmp_path / "r", devices=2, global_batch=8)
+        assert not (tmp_path / "r").exists()  # nothing written
 
 
 def test_task_references_name_what_another_process_can_import():
