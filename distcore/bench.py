@@ -44,6 +44,14 @@ contenders in the same rounds (distcore's loop fed one cached batch; the input a
 the distributed iterator, the data pipeline and the Python between calls. A tf.profiler
 trace of each says what a step spends.
 
+`--task gan` measures the loop-from-scratch guide's GAN instead (`tasks.GAN`, the guide's
+models, Fashion-MNIST, global batch 64 at every replica count): distcore's loop (StepRunner with
+the GAN task, fed as the Controller feeds it, K steps a call) against the guide's loop as written
+(its `@tf.function` train_step run by `strategy.run` once a step from a Python for loop over the
+distributed dataset), in the same rounds, processes and medians; and, as a check that both train
+the same GAN, each one's d_loss and g_loss over its first steps on 1 replica from the same
+initial weights.
+
 The orchestrating process never imports TensorFlow; workers are
 `python -m distcore.bench --worker KIND ...` and print JSON lines.
 """
@@ -68,7 +76,12 @@ from pathlib import Path
 PER_REPLICA_BATCH = 64
 CONTENDERS = ("distcore", "tutorial", "keras_fit")
 MEASURED = (*CONTENDERS, "step_only")
-TF_DEFAULT_THREADS = ("tutorial", "keras_fit")  # what their users run: TensorFlow's own threading
+GAN_CONTENDERS = ("distcore", "guide", "step_only")
+TF_DEFAULT_THREADS = ("tutorial", "keras_fit", "guide")  # what their users run: TensorFlow's own threading
+GAN_GLOBAL_BATCH = 64  # the guide's batch_size, at every replica count
+GAN_STEPS = 20
+GAN_WARMUP = 3
+DEFAULT_TREND_STEPS = 200
 DEFAULT_REPLICAS = (1, 2, 4)
 DEFAULT_STEPS = 60
 DEFAULT_REPEATS = 5
@@ -77,6 +90,7 @@ TARGETS = {
     "ceiling_share": {1: 0.85, "default": 0.80},
     "vs_tutorial": 1.1,
     "vs_keras_fit": 1.3,
+    "vs_guide": 1.1,
     "peak_memory_gib": 1.5,
     "first_step_seconds": 8.0,
     "split_plan_seconds": 1.0,
@@ -184,6 +198,71 @@ def run(
     return report
 
 
+def run_gan(
+    replicas=DEFAULT_REPLICAS,
+    steps: int = GAN_STEPS,
+    repeats: int = DEFAULT_REPEATS,
+    warmup: int = GAN_WARMUP,
+    global_batch: int = GAN_GLOBAL_BATCH,
+    trend_steps: int = DEFAULT_TREND_STEPS,
+    same_threads: bool = False,
+    log=None,
+) -> dict:
+    """The GAN: distcore's loop against the guide's, in turns (train_round); then, on 1 replica,
+    both contenders' losses over their first `trend_steps` steps (none when 0)."""
+    log = log or (lambda message: None)
+    started = time.perf_counter()
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    results, samples, extras = [], {}, {}
+    for r in replicas:
+        log(f"GAN, {r} replica(s): {', '.join(GAN_CONTENDERS)} x {repeats}, {steps} steps each ...")
+        extra = ("--task", "gan", "--global-batch", global_batch)
+        out = train_round(r, steps, repeats, warmup, same_threads, GAN_CONTENDERS, extra)
+        samples[str(r)] = out["samples"]
+        extras[str(r)] = {k: out[k] for k in ("order", "cpu_us_per_example", "contenders")}
+        cpu = out["cpu_us_per_example"]
+        results.append(
+            {
+                "replicas": r,
+                "global_batch": global_batch,
+                **{name: round(statistics.median(out["samples"][name]), 1) for name in GAN_CONTENDERS},
+                "vs_guide": paired_ratio(out["samples"], "distcore", "guide"),
+                # A loop with no overhead at all runs at step_only: no loop over these kernels beats this.
+                "step_only_vs_guide": paired_ratio(out["samples"], "step_only", "guide"),
+                "vs_guide_cpu": round(statistics.median(b / a for a, b in zip(cpu["distcore"], cpu["guide"])), 3),
+                "cpu_us_per_example": {name: round(statistics.median(v), 1) for name, v in cpu.items()},
+            }
+        )
+    trend = None
+    if trend_steps:
+        log(f"GAN losses over the first {trend_steps} steps on 1 replica, both loops ...")
+        trend = worker("gan_trend", "--steps", trend_steps, "--global-batch", global_batch)
+    info = next(iter(extras.values()))["contenders"]["distcore"]
+    report = {
+        "task": "gan",
+        "results": results,
+        "samples": samples,
+        "runs": extras,
+        "trend": trend,
+        "settings": {
+            "replicas": list(replicas),
+            "steps": steps,
+            "repeats": repeats,
+            "warmup": warmup,
+            "global_batch": global_batch,
+            "trend_steps": trend_steps,
+            "same_threads": same_threads,
+        },
+        "machine": {**machine_info(info), "load_average_at_start": load_start},
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    report["targets"] = {
+        f"vs_guide@{row['replicas']}": at_least(row["vs_guide"], TARGETS["vs_guide"], row["step_only_vs_guide"])
+        for row in results
+    }
+    return report
+
+
 def worker_command(kind: str, *args) -> tuple[list[str], dict]:
     """The command line and environment of `python -m distcore.bench --worker KIND ARGS`."""
     cmd = [sys.executable, "-m", "distcore.bench", "--worker", kind, *map(str, args)]
@@ -220,28 +299,42 @@ def paired_ratio(samples: dict, a: str, b: str) -> float:
     return round(statistics.median(x / y for x, y in zip(samples[a], samples[b])), 3)
 
 
-def train_round(replicas: int, steps: int, repeats: int, warmup: int, same_threads: bool = False) -> dict:
+def train_round(
+    replicas: int,
+    steps: int,
+    repeats: int,
+    warmup: int,
+    same_threads: bool = False,
+    contenders=MEASURED,
+    extra=(),
+) -> dict:
     """Every contender in a process of its own, measured in turn, `repeats` times.
 
     Own processes because threading is set per process: distcore's processes give
     each op a share of the cores (`devices.intra_op_threads`), the tutorial's and
     Keras fit's run with TensorFlow's defaults, as their users run them (with
     `same_threads`, distcore's setting too: the loops alone). Only one process
-    works at a time; the others wait on their stdin.
+    works at a time; the others wait on their stdin. `contenders`, and `extra` arguments for each
+    one's worker: the classifier's by default, the GAN's from run_gan.
     """
     procs = {
         name: ContenderProcess(
-            name, replicas, steps, warmup, tf_default_threads=name in TF_DEFAULT_THREADS and not same_threads
+            name,
+            replicas,
+            steps,
+            warmup,
+            tf_default_threads=name in TF_DEFAULT_THREADS and not same_threads,
+            extra=extra,
         )
-        for name in MEASURED
+        for name in contenders
     }
     try:
         info = {name: proc.ready() for name, proc in procs.items()}
-        samples = {name: [] for name in MEASURED}
-        cpu = {name: [] for name in MEASURED}
+        samples = {name: [] for name in contenders}
+        cpu = {name: [] for name in contenders}
         orders = []
         for rep in range(repeats):
-            turn = list(MEASURED[rep % len(MEASURED) :] + MEASURED[: rep % len(MEASURED)])
+            turn = list(contenders[rep % len(contenders) :] + contenders[: rep % len(contenders)])
             orders.append(turn)
             for name in turn:
                 rate, cpu_us = procs[name].measure(max(1, steps // 2) if name == "step_only" else steps, warmup)
@@ -256,11 +349,11 @@ def train_round(replicas: int, steps: int, repeats: int, warmup: int, same_threa
 class ContenderProcess:
     """`python -m distcore.bench --worker serve`: one contender, measuring on request."""
 
-    def __init__(self, name: str, replicas: int, steps: int, warmup: int, tf_default_threads: bool):
+    def __init__(self, name: str, replicas: int, steps: int, warmup: int, tf_default_threads: bool, extra=()):
         self.name = name
         self.log = tempfile.TemporaryFile("w+")
         cmd, env = worker_command(
-            "serve", "--contender", name, "--replicas", replicas, "--steps", steps, "--warmup", warmup
+            "serve", "--contender", name, "--replicas", replicas, "--steps", steps, "--warmup", warmup, *extra
         )
         if tf_default_threads:
             env["TF_NUM_INTRAOP_THREADS"] = "0"  # TensorFlow's default; devices.configure leaves it alone
@@ -388,6 +481,7 @@ def cpu_name() -> str:
 
 
 def machine_info(ceiling: dict) -> dict:
+    """The machine, with TensorFlow's and Keras's versions from a worker's answer (`ceiling`'s or a contender's)."""
     model = cpu_name()
     return {
         "cpu": model,
@@ -528,7 +622,60 @@ def format_report(report: dict) -> str:
         "targets (next to each speed target, what step_only reached in this run: the same step with",
         "no loop cost, so no loop over these kernels does better):",
     ]
-    for name, check in report["targets"].items():
+    lines += format_targets(report["targets"])
+    return "\n".join(lines)
+
+
+def format_gan_report(report: dict) -> str:
+    settings, machine = report["settings"], report["machine"]
+    lines = [
+        f"{machine['cpu']}, {machine['cores']} cores, TensorFlow {machine['tensorflow']}; the guide's GAN, "
+        f"global batch {settings['global_batch']}; {settings['steps']} steps x {settings['repeats']} "
+        "interleaved repeats",
+        "",
+        f"{'replicas':>8} {'distcore':>9} {'guide':>9} {'step_only':>9} {'vs_guide':>9} {'step_only_vs_guide':>18}",
+        *(
+            f"{row['replicas']:>8} {row['distcore']:>9.1f} {row['guide']:>9.1f} {row['step_only']:>9.1f} "
+            f"{row['vs_guide']:>8.3f}x {row['step_only_vs_guide']:>17.3f}x"
+            for row in report["results"]
+        ),
+        "(examples/s, medians; ratios are medians of pair-by-pair ratios)",
+        "intra-op threads per process: "
+        + "; ".join(
+            f"{r}: " + ", ".join(f"{name} {info['intra_op_threads']}" for name, info in run["contenders"].items())
+            for r, run in report["runs"].items()
+        ),
+        "CPU time per example (us, all threads): "
+        + "; ".join(
+            f"{row['replicas']}: "
+            + ", ".join(f"{name} {us:.0f}" for name, us in row["cpu_us_per_example"].items())
+            + f" -> guide/distcore {row['vs_guide_cpu']:.3f}x"
+            for row in report["results"]
+        ),
+    ]
+    if report["trend"]:
+        lines += ["", f"mean losses by steps, 1 replica, the same initial weights ({report['trend']['data']}):"]
+        for window in report["trend"]["windows"]:
+            lines.append(
+                f"  steps {window['steps']:>9}: "
+                + "; ".join(
+                    f"{name} d_loss {window[name]['d_loss']:.3f} g_loss {window[name]['g_loss']:.3f}"
+                    for name in ("distcore", "guide")
+                )
+            )
+    lines += [
+        f"load average at start/end: {machine['load_average_at_start']} / {machine['load_average_at_end']}",
+        "",
+        "targets (next to each, what step_only reached: the same step with no loop cost):",
+        *format_targets(report["targets"]),
+    ]
+    return "\n".join(lines)
+
+
+def format_targets(targets: dict) -> list[str]:
+    """One line a target: met or MISS, the value, and for a speed target what step_only reached."""
+    lines = []
+    for name, check in targets.items():
         limit = ""
         if "bound" in check:
             limit = f"; step_only {check['bound']}" + (
@@ -537,7 +684,7 @@ def format_report(report: dict) -> str:
         verdict = "n/a " if check["met"] is None else "met " if check["met"] else "MISS"
         note = f"; {check['note']}" if check.get("note") else ""
         lines.append(f"  {verdict}  {name}: {check['value']} (target {check['target']}{limit}{note})")
-    return "\n".join(lines)
+    return lines
 
 
 def main(args) -> int:
@@ -559,16 +706,34 @@ def main(args) -> int:
         raise DistcoreError("--replicas is empty: give counts such as 1,2,4.")
     if len(set(replicas)) < len(replicas):  # 1,1 would measure the same set twice, as two rows
         raise DistcoreError(f"--replicas ({args.replicas!r}) lists a count twice: give each once, e.g. 1,2,4.")
-    steps = check_int("steps", args.steps if args.steps is not None else DEFAULT_STEPS, high=100_000)
+    task = (args.task or "classifier").strip().lower()
+    if task not in ("classifier", "gan"):
+        raise DistcoreError(f"--task ({args.task!r}) must be classifier or gan.")
+    other, flags = (
+        ("classifier", ("quick", "memory_steps")) if task == "gan" else ("gan", ("global_batch", "trend_steps"))
+    )
+    for flag in flags:
+        if getattr(args, flag) not in (None, False):
+            raise DistcoreError(f"--{flag.replace('_', '-')} applies only to --task {other}.")
+    # A GAN step is some 30 times the classifier's: fewer steps measure as long.
+    default_steps, default_warmup = (GAN_STEPS, GAN_WARMUP) if task == "gan" else (DEFAULT_STEPS, DEFAULT_WARMUP)
+    steps = check_int("steps", args.steps if args.steps is not None else default_steps, high=100_000)
     repeats = check_int("repeats", args.repeats if args.repeats is not None else DEFAULT_REPEATS, high=100)
-    warmup = check_int("warmup", args.warmup if args.warmup is not None else DEFAULT_WARMUP, low=1, high=10_000)
+    warmup = check_int("warmup", args.warmup if args.warmup is not None else default_warmup, low=1, high=10_000)
     memory_steps = check_int("memory steps", args.memory_steps if args.memory_steps is not None else 200, high=100_000)
+    global_batch = check_int("global batch", args.global_batch or GAN_GLOBAL_BATCH, high=65_536)
+    trend = args.trend_steps if args.trend_steps is not None else DEFAULT_TREND_STEPS
+    trend = check_int("trend steps", trend, low=0, high=100_000)
     log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     with stops_as_ctrl_c():
-        report = run(
-            replicas, steps, repeats, warmup, memory_steps, quick=args.quick, same_threads=args.same_threads, log=log
-        )
-    print(json.dumps(report) if args.json else format_report(report), flush=True)
+        if task == "gan":
+            report = run_gan(replicas, steps, repeats, warmup, global_batch, trend, args.same_threads, log)
+        else:
+            report = run(
+                replicas, steps, repeats, warmup, memory_steps, args.quick, same_threads=args.same_threads, log=log
+            )
+    text = format_gan_report if task == "gan" else format_report
+    print(json.dumps(report) if args.json else text(report), flush=True)
     return 0
 
 
@@ -587,21 +752,41 @@ def stops_as_ctrl_c():
 
 
 def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--task",
+        help="classifier (default: the tutorial's CNN against the tutorial's loop and Keras fit) or gan "
+        "(the loop-from-scratch guide's GAN against the guide's loop)",
+    )
     parser.add_argument("--replicas", help="comma-separated replica counts (default 1,2,4)")
-    parser.add_argument("--steps", help=f"timed global steps per measurement (default {DEFAULT_STEPS})")
+    parser.add_argument(
+        "--steps", help=f"timed global steps per measurement (default {DEFAULT_STEPS}; --task gan: {GAN_STEPS})"
+    )
     parser.add_argument("--repeats", help=f"interleaved repeats per contender (default {DEFAULT_REPEATS})")
-    parser.add_argument("--warmup", help=f"untimed steps before each measurement (default {DEFAULT_WARMUP})")
-    parser.add_argument("--memory-steps", help="steps of the train process measured for memory (default 200)")
+    parser.add_argument(
+        "--warmup", help=f"untimed steps before each measurement (default {DEFAULT_WARMUP}; --task gan: {GAN_WARMUP})"
+    )
+    parser.add_argument(
+        "--memory-steps", help="classifier: steps of the train process measured for memory (default 200)"
+    )
+    parser.add_argument(
+        "--global-batch", help=f"--task gan: global batch at every replica count (default {GAN_GLOBAL_BATCH})"
+    )
+    parser.add_argument(
+        "--trend-steps",
+        help=f"--task gan: steps of each loop's losses on 1 replica, a check that both train the same GAN "
+        f"(default {DEFAULT_TREND_STEPS}; 0: none)",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="shorter ceiling, layer and profile measurements, whose ceiling shares are not "
+        help="classifier: shorter ceiling, layer and profile measurements, whose ceiling shares are not "
         "judged (a smoke run, not a benchmark)",
     )
     parser.add_argument(
         "--same-threads",
         action="store_true",
-        help="run the tutorial and Keras fit with distcore's thread setting too (the loops alone)",
+        help="run the tutorial and Keras fit (--task gan: the guide's loop) with distcore's thread setting too "
+        "(the loops alone)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -914,17 +1099,28 @@ def timed_plan(config, strategy=None) -> tuple[dict, float, float]:
     return plan, answered, time.perf_counter() - t
 
 
-def worker_serve(name: str, replicas: int, steps: int, warmup: int) -> None:
+def worker_serve(
+    name: str, replicas: int, steps: int, warmup: int, task: str = "classifier", global_batch=None
+) -> None:
     """Build one contender, trace it, say so; then measure once per stdin line
     `STEPS WARMUP`, answering with one JSON line; exit when stdin closes."""
+    import keras
     import tensorflow as tf
 
     from . import data as data_lib, devices
 
     names = devices.resolve(replicas=replicas)  # GPUs when there are enough, else logical CPUs
     strategy = devices.make_strategy(names)
-    kinds = {"distcore": Distcore, "tutorial": Tutorial, "keras_fit": KerasFit, "step_only": StepOnly}
-    contender = kinds[name](strategy, data_lib.load())
+    data = data_lib.load()
+    kinds = {"distcore": Distcore, "tutorial": Tutorial, "keras_fit": KerasFit, "step_only": StepOnly, "guide": Guide}
+    own = {}  # the classifier's contenders build their own StepRunner
+    if task == "gan":
+        own = (
+            {"global_batch": global_batch}
+            if name == "guide"
+            else {"runner": step_runner(strategy, "gan", global_batch)}
+        )
+    contender = kinds[name](strategy, data, **own)
     contender.measure(min(steps, 20), min(warmup, 5))  # trace and build outside the timed rounds
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     info = {
@@ -932,8 +1128,11 @@ def worker_serve(name: str, replicas: int, steps: int, warmup: int) -> None:
         "intra_op_threads": threads or "TensorFlow default",
         "strategy": type(strategy.extended._cross_device_ops).__name__,
         "optimizer": type(contender.optimizer).__name__,
-        "conv2d": type(contender.model.layers[0]).__module__.split(".")[0],
-    }  # "keras" or "distcore"
+        "conv2d": type(contender.model.layers[0]).__module__.split(".")[0],  # "keras" or "distcore"
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+    }
     if name == "keras_fit":
         info["jit_compile"] = bool(contender.model.jit_compile)
     if name == "distcore":
@@ -971,14 +1170,25 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def step_runner(strategy):
-    """distcore's default TrainConfig for the strategy's devices, and its StepRunner."""
+def step_runner(strategy, task: str = "classifier", global_batch: int | None = None):
+    """distcore's default TrainConfig for the strategy's devices and the task, and its StepRunner
+    (the task built as the Controller builds it)."""
+    from . import tasks
     from .config import TrainConfig
     from .loop import StepRunner
 
     names = tuple(d.split("/")[-1].lower().replace("device:", "") for d in strategy.extended.worker_devices)
-    config = TrainConfig(devices=names, global_batch=PER_REPLICA_BATCH * strategy.num_replicas_in_sync)
-    return config, StepRunner(strategy, config)
+    global_batch = global_batch or PER_REPLICA_BATCH * strategy.num_replicas_in_sync
+    config = TrainConfig(devices=names, global_batch=global_batch, task=task)
+    return config, StepRunner(strategy, config, tasks.from_config(config))
+
+
+def named_parts(task) -> tuple:
+    """The model and optimizer the report names: the classifier's, or the GAN's discriminator's
+    (both of the GAN's optimizers are Keras's Adam)."""
+    if hasattr(task, "discriminator"):
+        return task.discriminator, task.d_optimizer
+    return task.model, task.optimizer
 
 
 class Distcore:
@@ -990,7 +1200,7 @@ class Distcore:
     def __init__(self, strategy, data, one_batch: bool = False, runner=None):
         self.strategy, self.data, self.one_batch = strategy, data, one_batch
         self.config, self.runner = runner or step_runner(strategy)
-        self.model, self.optimizer = self.runner.model, self.runner.optimizer
+        self.model, self.optimizer = named_parts(self.runner.task)
         self.epoch = 0
         self.timing = self.consume = None
 
@@ -1012,9 +1222,12 @@ class Distcore:
             api=self.config.api,
             policy=self.config.policy,
             drop_remainder=self.config.drop_remainder,
+            transform=inputs.transform_for(self.data),
         )
 
-    def measure(self, steps: int, warmup: int, timed=contextlib.nullcontext) -> tuple[float, float]:
+    def measure(self, steps: int, warmup: int, timed=contextlib.nullcontext, values=None) -> tuple[float, float]:
+        """Examples/s and CPU us an example over `steps` steps after `warmup`; each step's metrics
+        (the warm-up's first) are appended to `values` when given."""
         import tensorflow as tf
 
         iterator = iter(self.dataset(steps + warmup))
@@ -1031,6 +1244,8 @@ class Distcore:
                 in_calls[0] += time.perf_counter() - started
                 if len(counts) == 0:
                     raise RuntimeError("distcore ran out of data")
+                if values is not None:
+                    values.extend(losses.tolist())
                 done += len(counts)
                 examples += int(counts.sum())
             return examples
@@ -1206,21 +1421,149 @@ class KerasFit:
         return times["rate"]
 
 
+class Guide:
+    """The loop-from-scratch guide's GAN loop, as written, under the strategy: its `@tf.function`
+    train_step run by `strategy.run` once a step, from a Python for loop over the distributed
+    dataset. Its data is the guide's (float32 images in [0, 1], from_tensor_slices, shuffle(1024),
+    batch), here Fashion-MNIST's training images. Changed only where distribution or current
+    Keras requires: each replica generates as many images as it has real ones (the guide's
+    `batch_size` is the global batch, which every replica would otherwise generate), each loss is
+    divided by its global number of examples (`reduction="none"`, compute_average_loss), shapes are
+    dynamic (`tf.shape`), and the optimizers are built inside the scope."""
+
+    def __init__(self, strategy, data, global_batch: int):
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        from .tasks import LATENT, gan_models
+
+        self.strategy, self.batch_size = strategy, global_batch
+        all_digits = data.train_images.astype("float32") / 255.0
+        self.all_digits = np.reshape(all_digits, (-1, 28, 28, 1))
+        latent_dim = LATENT
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            discriminator, generator = gan_models()
+            d_optimizer = keras.optimizers.Adam(learning_rate=0.0003)
+            g_optimizer = keras.optimizers.Adam(learning_rate=0.0004)
+            d_optimizer.build(discriminator.trainable_weights)  # Keras 3 with 2+ replicas
+            g_optimizer.build(generator.trainable_weights)
+            loss_fn = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+        self.model, self.optimizer = discriminator, d_optimizer
+
+        @tf.function
+        def train_step(real_images):
+            batch_size = tf.shape(real_images)[0]  # this replica's share of the global batch
+            random_latent_vectors = tf.random.normal(shape=(batch_size, latent_dim))
+            generated_images = generator(random_latent_vectors)
+            combined_images = tf.concat([generated_images, real_images], axis=0)
+            labels = tf.concat([tf.ones((batch_size, 1)), tf.zeros((batch_size, 1))], axis=0)
+            labels += 0.05 * tf.random.uniform(tf.shape(labels))
+            with tf.GradientTape() as tape:
+                predictions = discriminator(combined_images)
+                d_loss = tf.nn.compute_average_loss(loss_fn(labels, predictions), global_batch_size=2 * global_batch)
+            grads = tape.gradient(d_loss, discriminator.trainable_weights)
+            d_optimizer.apply_gradients(zip(grads, discriminator.trainable_weights))
+
+            random_latent_vectors = tf.random.normal(shape=(batch_size, latent_dim))
+            misleading_labels = tf.zeros((batch_size, 1))
+            with tf.GradientTape() as tape:
+                predictions = discriminator(generator(random_latent_vectors))
+                g_loss = tf.nn.compute_average_loss(
+                    loss_fn(misleading_labels, predictions), global_batch_size=global_batch
+                )
+            grads = tape.gradient(g_loss, generator.trainable_weights)
+            g_optimizer.apply_gradients(zip(grads, generator.trainable_weights))
+            return d_loss, g_loss, generated_images
+
+        self.train_step = train_step
+
+    def measure(self, steps: int, warmup: int, values=None) -> tuple[float, float]:
+        """As Distcore.measure; `values` gets each step's (d_loss, g_loss), one sync a step."""
+        import tensorflow as tf
+
+        from .loop import SUM
+
+        dataset = tf.data.Dataset.from_tensor_slices(self.all_digits).shuffle(buffer_size=1024)
+        if steps + warmup > len(self.all_digits) // self.batch_size:
+            dataset = dataset.repeat()
+        dataset = self.strategy.experimental_distribute_dataset(dataset.batch(self.batch_size))
+        iterator = iter(dataset)  # what `for real_images in dataset` does
+
+        def run_steps(n):
+            if n == 0:
+                return 0
+            for step, real_images in enumerate(iterator):
+                d_loss, g_loss, generated_images = self.strategy.run(self.train_step, args=(real_images,))
+                if values is not None:
+                    values.append([float(self.strategy.reduce(SUM, x, axis=None)) for x in (d_loss, g_loss)])
+                if step + 1 == n:
+                    break
+            float(self.strategy.reduce(SUM, d_loss, axis=None))  # the guide prints the losses: one sync at the end
+            return n * self.batch_size
+
+        run_steps(warmup)
+        clock = Clock()
+        return clock.rate(run_steps(steps))
+
+
+def worker_gan_trend(steps: int, global_batch: int) -> dict:
+    """Both GAN loops on 1 replica, from the same initial weights (seed 0), `steps` steps each:
+    their mean d_loss and g_loss over quarters of the steps. The random draws and the order of
+    the examples differ (the guide draws statefully and shuffles in a 1024-example buffer), so the
+    numbers compare as trends, not digit by digit."""
+    from . import data as data_lib, devices
+
+    strategy = devices.make_strategy(devices.resolve(replicas=1))
+    data = data_lib.load()
+    curves = {}
+    for name, make in (
+        ("distcore", lambda: Distcore(strategy, data, runner=step_runner(strategy, "gan", global_batch))),
+        ("guide", lambda: Guide(strategy, data, global_batch)),
+    ):
+        curves[name] = []
+        make().measure(steps, 0, values=curves[name])
+    bounds = sorted({0, *(round(steps * q / 4) for q in (1, 2, 3, 4))})
+    windows = [
+        {
+            "steps": f"{a + 1}-{b}",
+            **{
+                name: {
+                    metric: round(statistics.fmean(v[i] for v in curve[a:b]), 4)
+                    for i, metric in enumerate(("d_loss", "g_loss"))
+                }
+                for name, curve in curves.items()
+            },
+        }
+        for a, b in zip(bounds, bounds[1:])
+    ]
+    return {
+        "steps": steps,
+        "global_batch": global_batch,
+        "replicas": 1,
+        "data": data.name,
+        "first_step": {name: dict(zip(("d_loss", "g_loss"), curve[0])) for name, curve in curves.items()},
+        "windows": windows,
+        "curves": curves,
+    }
+
+
 class StepOnly:
     """distcore's replica step on one batch already on the devices, K steps a call:
     the compute the loop cannot go below (no input pipeline, no iterator)."""
 
-    def __init__(self, strategy, data):
+    def __init__(self, strategy, data, runner=None):
         import tensorflow as tf
 
         from . import inputs
         from .loop import SUM
 
         self.strategy = strategy
-        config, self.runner = step_runner(strategy)
-        self.model, self.optimizer = self.runner.model, self.runner.optimizer
+        config, self.runner = runner or step_runner(strategy)
+        self.model, self.optimizer = named_parts(self.runner.task)
         self.k = config.steps_per_loop
-        n = PER_REPLICA_BATCH
+        self.n = n = config.global_batch // strategy.num_replicas_in_sync  # each replica's piece
         images, labels = inputs.normalize(data.train_images[:n], data.train_labels[:n])
         self.batch = strategy.experimental_distribute_values_from_function(
             lambda ctx: (tf.identity(images), tf.identity(labels))
@@ -1229,9 +1572,9 @@ class StepOnly:
         @tf.function
         def steps(batch, n):
             total = tf.constant(0.0)
-            for _ in tf.range(n):
-                loss, _ = strategy.run(self.runner.replica_train_step, args=batch)
-                total += strategy.reduce(SUM, loss, axis=None)
+            for i in tf.range(n):
+                values, _ = strategy.run(self.runner.replica_train_step, args=(batch, tf.cast(i, tf.int64) + 1))
+                total += strategy.reduce(SUM, values, axis=None)[0]
             return total
 
         self.steps = steps
@@ -1256,13 +1599,17 @@ class StepOnly:
             in_calls[0] = 0.0
             run_steps(steps)
             self.timing = clock.per_step(steps, in_calls[0])
-            return clock.rate(steps * PER_REPLICA_BATCH * self.strategy.num_replicas_in_sync)
+            return clock.rate(steps * self.n * self.strategy.num_replicas_in_sync)
 
 
 def worker_main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m distcore.bench")
-    parser.add_argument("--worker", required=True, choices=("ceiling", "split", "serve", "profile", "sysmetrics"))
-    parser.add_argument("--contender", choices=MEASURED)
+    parser.add_argument(
+        "--worker", required=True, choices=("ceiling", "split", "serve", "profile", "sysmetrics", "gan_trend")
+    )
+    parser.add_argument("--contender", choices=(*MEASURED, "guide"))
+    parser.add_argument("--task", default="classifier", choices=("classifier", "gan"))
+    parser.add_argument("--global-batch", type=int, default=GAN_GLOBAL_BATCH)
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP)
@@ -1271,12 +1618,14 @@ def worker_main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.worker == "serve":
-        worker_serve(args.contender, args.replicas, args.steps, args.warmup)
+        worker_serve(args.contender, args.replicas, args.steps, args.warmup, args.task, args.global_batch)
         return 0
     if args.worker == "split":
         out = worker_split()
     elif args.worker == "profile":
         out = worker_profile(args.replicas, args.steps, traces=1 if args.quick else 3, rounds=1 if args.quick else 6)
+    elif args.worker == "gan_trend":
+        out = worker_gan_trend(args.steps, args.global_batch)
     elif args.worker == "sysmetrics":  # the system-metrics sampler's CPU per sample, TensorBoard scalars included
         from .sysmetrics import measure_cost_with_tensorboard
 

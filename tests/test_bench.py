@@ -149,6 +149,60 @@ def profile_of(step_only, distcore, one_batch, alone_ms):
     }
 
 
+@pytest.mark.slow
+def test_the_gan_bench_measures_both_loops_and_their_losses():
+    """The GAN's bench, tiny (global batch 16, 2 steps): both loops' rates, their ratio, the target,
+    and each loop's losses from the same initial weights."""
+    args = ["bench", "--task", "gan", "--replicas", "1", "--steps", "2", "--repeats", "1", "--warmup", "1"]
+    args += ["--global-batch", "16", "--trend-steps", "4", "--json"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "distcore", *args], cwd=ROOT, capture_output=True, text=True, timeout=240, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["task"] == "gan" and report["settings"]["global_batch"] == 16
+    (row,) = report["results"]
+    assert row["replicas"] == 1 and row["distcore"] > 0 and row["guide"] > 0
+    samples = report["samples"]["1"]
+    assert row["vs_guide"] == round(samples["distcore"][0] / samples["guide"][0], 3)
+    assert row["step_only"] > 0 and row["step_only_vs_guide"] == round(samples["step_only"][0] / samples["guide"][0], 3)
+    target = report["targets"]["vs_guide@1"]
+    assert (target["value"], target["met"], target["bound"]) == (
+        row["vs_guide"],
+        row["vs_guide"] >= 1.1,
+        row["step_only_vs_guide"],
+    )
+    contenders = report["runs"]["1"]["contenders"]
+    assert (
+        contenders["distcore"]["steps_per_loop"] == 20
+        and contenders["guide"]["intra_op_threads"] == "TensorFlow default"
+    )
+    assert contenders["guide"]["optimizer"] == contenders["distcore"]["optimizer"] == "Adam"
+    trend = report["trend"]
+    assert [w["steps"] for w in trend["windows"]] == ["1-1", "2-2", "3-3", "4-4"]
+    for name in ("distcore", "guide"):
+        assert len(trend["curves"][name]) == 4
+        # The same initial weights: the discriminator starts near chance, d_loss and g_loss near ln 2.
+        assert all(0.5 < value < 0.9 for value in trend["first_step"][name].values()), trend["first_step"]
+    text = bench.format_gan_report(report)
+    assert f"{row['vs_guide']:.3f}x" in text and "steps       1-1: distcore d_loss" in text
+
+
+def test_flags_of_the_other_task_are_refused(capsys):
+    from distcore import cli
+
+    for args, message in (
+        (["--task", "gan", "--quick"], "--quick applies only to --task classifier."),
+        (["--task", "GAN", "--memory-steps", "5"], "--memory-steps applies only to --task classifier."),
+        (["--global-batch", "32"], "--global-batch applies only to --task gan."),
+        (["--task", "classifier", "--trend-steps", "0"], "--trend-steps applies only to --task gan."),
+        (["--task", "regression"], "--task ('regression') must be classifier or gan."),
+    ):
+        assert cli.main(["bench", *args, "--json"]) == 2
+        assert json.loads(capsys.readouterr()[0])["error"] == message
+
+
 def test_the_overhead_over_step_only_splits_into_parts_that_add_up():
     """Mechanics of the breakdown, on made-up numbers: 10 ms against 9 ms a step, of which 0.1 ms is
     the loop's Python, 0.3 ms the distributed iterator (fed one cached batch) and the rest fresh data."""
