@@ -191,22 +191,31 @@ def locate(data_dir=None, download: bool | None = None, saved_in=None, on_note=N
                 f"{'--data-dir (data_dir=)' if data_dir else '$DISTCORE_DATA_DIR'} {folder} {what} "
                 f"{missing_files(folder)}. {HOW_TO_GET}"
             )
+    if keras_download("fashion_mnist", download, tried):
+        caches = keras_caches()
+        kept = [folder for folder in caches if has_files(folder)]
+        if kept:
+            return kept[0]
+        tried.append(f"Keras download (done, but its files are in neither {' nor '.join(map(str, caches))})")
+    raise DistcoreError(f"Fashion-MNIST not found (looked in: {'; '.join(tried)}). {HOW_TO_GET}")
+
+
+def keras_download(dataset: str, download: bool | None, tried: list[str]) -> bool:
+    """Fill Keras's cache with `keras.datasets.<dataset>.load_data()` where downloads are allowed
+    (`download`; None: unless $DISTCORE_NO_DOWNLOAD is set). False when they are not, or when it
+    failed, its reason then added to `tried`."""
     if download is None:
         download = settings.get("DISTCORE_NO_DOWNLOAD") in ("", "0")
-    if download:
-        try:
-            import keras
+    if not download:
+        return False
+    try:
+        import keras
 
-            keras.datasets.fashion_mnist.load_data()
-        except Exception as err:  # no network, proxy, disk: all the same to the user
-            tried.append(f"Keras download ({type(err).__name__}: {err})")
-        else:
-            caches = keras_caches()
-            kept = [folder for folder in caches if has_files(folder)]
-            if kept:
-                return kept[0]
-            tried.append(f"Keras download (done, but its files are in neither {' nor '.join(map(str, caches))})")
-    raise DistcoreError(f"Fashion-MNIST not found (looked in: {'; '.join(tried)}). {HOW_TO_GET}")
+        getattr(keras.datasets, dataset).load_data()
+    except Exception as err:  # no network, proxy, disk: all the same to the user
+        tried.append(f"Keras download ({type(err).__name__}: {err})")
+        return False
+    return True
 
 
 def subset(data: Examples, train_examples: int, test_examples: int) -> Examples:

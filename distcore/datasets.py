@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import data as data_lib, settings
+from . import data as data_lib
 from .config import DistcoreError
 from .data import Examples
 
@@ -238,19 +238,10 @@ def load_mnist(data_dir=None, download: bool | None = None) -> Examples:
         if data_lib.has_files(folder):
             return data_lib.read_dir(folder, name="mnist")
         tried.append(str(folder))
-    if download is None:
-        download = settings.get("DISTCORE_NO_DOWNLOAD") in ("", "0")
-    if download:
-        try:
-            import keras
-
-            keras.datasets.mnist.load_data()
-        except Exception as err:  # no network, proxy, disk: all the same to the user
-            tried.append(f"Keras download ({type(err).__name__}: {err})")
-        else:
-            for folder in mnist_candidates():
-                if (folder / MNIST_NPZ).is_file():
-                    return mnist_from_npz(folder / MNIST_NPZ)
+    if data_lib.keras_download("mnist", download, tried):
+        for folder in mnist_candidates():
+            if (folder / MNIST_NPZ).is_file():
+                return mnist_from_npz(folder / MNIST_NPZ)
     raise DistcoreError(
         f"MNIST not found (looked in: {'; '.join(tried)}). No Debian or PyPI package ships MNIST's files: "
         'with internet, run `python -c "import keras; keras.datasets.mnist.load_data()"` (it fills Keras\'s '
