@@ -532,13 +532,16 @@ def check_targets(report: dict) -> dict:
         r = row["replicas"]
         # Bound: the share that distcore's loop reached fed one cached batch through the same
         # tf.distribute iterator (the overhead breakdown's rounds), with no data pipeline at all.
-        bound = (overhead.get(r) or {}).get("iterator_bound")
+        item = overhead.get(r) or {}
+        bound = item.get("iterator_bound")
         value, want = row["share_of_step_only"], TARGETS["share_of_step_only"]
-        if bound:
+        if bound and not item.get("disturbed"):
             check = at_least(value, want, bound)
             check.update(bound_by="distcore fed one cached batch", out_of_reach="tf.distribute's iterator")
         else:
             check = {"value": value, "target": f">= {want}", "met": value >= want}
+            if bound:  # the cached-batch loop ran slower than distcore's own: other load, not a bound
+                check["note"] = "the overhead breakdown was disturbed by other load: no bound"
         checks[f"share_of_step_only@{r}"] = check
     by_replicas = {row["replicas"]: row for row in report["results"]}
     cores = (report.get("machine") or {}).get("cores")
