@@ -540,7 +540,7 @@ def check_targets(report: dict) -> dict:
             check.update(bound_by="distcore fed one cached batch", out_of_reach="tf.distribute's iterator")
         else:
             check = {"value": value, "target": f">= {want}", "met": value >= want}
-            if bound:  # the cached-batch loop ran slower than distcore's own: other load, not a bound
+            if bound:  # a part below zero: other load slowed those rounds, so they bound nothing
                 check["note"] = "the overhead breakdown was disturbed by other load: no bound"
         checks[f"share_of_step_only@{r}"] = check
     by_replicas = {row["replicas"]: row for row in report["results"]}
