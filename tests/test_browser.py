@@ -86,6 +86,17 @@ def page(tmp_path):
         browser.close()
 
 
+def redrawn_boxes(page, *selectors, tries: int = 20):
+    """The bounding boxes of elements the run's timer redraws. Playwright gives None for an element
+    replaced between finding it and measuring it, so a read that falls on a redraw is taken again."""
+    for _ in range(tries):
+        boxes = [page.locator(selector).bounding_box() for selector in selectors]
+        if all(boxes):
+            break
+        page.wait_for_timeout(100)
+    return boxes
+
+
 def shot(page, tmp_path, name):
     path = tmp_path / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
@@ -286,8 +297,8 @@ def test_split_train_stop_evaluate(server, page, tmp_path):
     assert loss_points(page) > updated and nodes() - before < 500, (before, nodes())
     expect(page.get_by_text(re.compile(r"browser-run · running · step \d+ / 2814"))).to_be_visible()
     # The progress bar spans the status line's width.
-    bar, status = page.locator("#dc-status progress").bounding_box(), page.locator("#dc-status").bounding_box()
-    assert bar["width"] >= 0.8 * status["width"], (bar, status)
+    bar, status = redrawn_boxes(page, "#dc-status progress", "#dc-status")
+    assert bar and status and bar["width"] >= 0.8 * status["width"], (bar, status)
     shot(page, tmp_path, "2-training")
 
     # A second browser (or a reload) finds the run still going, from the run directory.
