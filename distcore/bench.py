@@ -589,11 +589,7 @@ def format_report(report: dict) -> str:
             f"{row['step_only_vs_keras_fit']:.2f}x keras_fit"
             for row in report["results"]
         ),
-        "intra-op threads per process: "
-        + "; ".join(
-            f"{r}: " + ", ".join(f"{name} {info['intra_op_threads']}" for name, info in run["contenders"].items())
-            for r, run in report["runs"].items()
-        ),
+        threads_line(report),
         "optimizers and Conv2D layers: "
         + ", ".join(
             f"{name} {info['optimizer']} + {info['conv2d']}'s"
@@ -656,6 +652,14 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def threads_line(report: dict) -> str:
+    """Each contender process's intra-op thread count, per replica count."""
+    return "intra-op threads per process: " + "; ".join(
+        f"{r}: " + ", ".join(f"{name} {info['intra_op_threads']}" for name, info in run["contenders"].items())
+        for r, run in report["runs"].items()
+    )
+
+
 def format_gan_report(report: dict) -> str:
     settings, machine = report["settings"], report["machine"]
     lines = [
@@ -670,11 +674,7 @@ def format_gan_report(report: dict) -> str:
             for row in report["results"]
         ),
         "(examples/s, medians; ratios are medians of pair-by-pair ratios)",
-        "intra-op threads per process: "
-        + "; ".join(
-            f"{r}: " + ", ".join(f"{name} {info['intra_op_threads']}" for name, info in run["contenders"].items())
-            for r, run in report["runs"].items()
-        ),
+        threads_line(report),
         "CPU time per example (us, all threads): "
         + "; ".join(
             f"{row['replicas']}: "
