@@ -1289,7 +1289,9 @@ class Distcore:
         (the warm-up's first) are appended to `values` when given."""
         import tensorflow as tf
 
-        iterator = iter(self.dataset(steps + warmup))
+        from . import inputs
+
+        iterator = inputs.train_iterator(self.strategy, self.dataset(steps + warmup))
         in_calls = [0.0]
 
         def run_steps(n):
@@ -1322,6 +1324,7 @@ class Distcore:
         ms of wall and CPU time a global step."""
         import tensorflow as tf
 
+        from . import inputs
         from .loop import SUM
 
         if self.consume is None:
@@ -1331,7 +1334,7 @@ class Distcore:
             def consume(iterator, n):
                 count = tf.constant(0)
                 for _ in tf.range(n):
-                    optional = iterator.get_next_as_optional()
+                    optional = inputs.get_next_as_optional(strategy, iterator)
                     if not optional.has_value():
                         break
                     _, labels = optional.get_value()
@@ -1339,7 +1342,7 @@ class Distcore:
                 return count
 
             self.consume = consume
-        iterator = iter(self.dataset(steps + warmup))
+        iterator = inputs.train_iterator(self.strategy, self.dataset(steps + warmup))
 
         def run_steps(n):
             done = 0

@@ -617,7 +617,7 @@ class Controller:
             drop_remainder=self.config.drop_remainder,
             transform=inputs.transform_for(self.data),
         )
-        pipeline = [dist, iter(dist)]
+        pipeline = [dist, inputs.train_iterator(self.strategy, dist)]
         del dist  # the list holds the only references, so drop_later frees them off this thread
         try:
             self.train_epoch(pipeline[1], epoch, step, total)

@@ -10,6 +10,11 @@
 With one CPU replica both become `distribute_datasets_from_function` with
 PER_REPLICA input kept on the host: the same batches, from a plain iterator.
 
+Training on several CPU replicas in one process reads TensorFlow's own per-worker
+dataset (already rebatched and sharded) with one host iterator, `replicas` elements a
+step (`train_iterator`): the pieces `tf.distribute`'s iterator hands out, without its
+per-device pipelines.
+
 Images stay uint8 until after batching (a quarter of the memory and one map per
 batch, not per example); normalisation to [0, 1] float32 happens in the pipeline.
 """
@@ -114,6 +119,68 @@ def distribute(
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
+class HostFeed(tf.experimental.ExtensionType):
+    """One input worker's dataset read on the host, `replicas` consecutive elements a step.
+
+    An ExtensionType, so a tf.function taking it traces once for every epoch's iterator.
+    """
+
+    iterator: tf.data.Iterator
+    replicas: int
+
+
+def train_iterator(strategy, dist):
+    """The iterator training reads `dist` (from `distribute`) with.
+
+    Several CPU replicas of a MirroredStrategy get a `HostFeed` over the dataset that
+    `tf.distribute` made for this worker, which yields each global batch as
+    `num_replicas_in_sync` pieces, replica by replica: TensorFlow's `MultiDeviceIterator`
+    hands the same pieces round-robin to the devices, but through a pipeline and a
+    prefetch thread per device that preempt the step's threads on the same cores
+    (docs/performance.md). Logical CPU devices share the host's memory, so the pieces need
+    no copying. Anything else (one replica, GPUs, several workers) gets `iter(dist)`.
+    """
+    if not several_cpu_replicas(strategy):
+        return iter(dist)
+    # The worker's dataset is what the distributed dataset iterates: its type spec's components.
+    (dataset,) = dist._type_spec._to_components(dist)
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False  # no thread after the rebatch: prefetch comes before it
+    return HostFeed(iter(dataset.with_options(options)), strategy.num_replicas_in_sync)
+
+
+class _Pieces:
+    """The next step's pieces from a `HostFeed`, with `get_next_as_optional`'s two methods."""
+
+    def __init__(self, strategy, optionals):
+        self.strategy, self.optionals = strategy, optionals
+
+    def has_value(self):
+        return tf.reduce_any(tf.stack([optional.has_value() for optional in self.optionals]))
+
+    def get_value(self):
+        # A replica whose piece is missing at the end of the data gets an empty batch, as
+        # tf.distribute gives it, so every replica takes part in the step's all-reduces.
+        pieces = [tf.cond(o.has_value(), o.get_value, lambda o=o: empty_like(o.element_spec)) for o in self.optionals]
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda context: pieces[context.replica_id_in_sync_group]
+        )
+
+
+def empty_like(spec):
+    """A batch of no examples with the shape and dtype of `spec`'s elements."""
+    return tf.nest.map_structure(lambda s: tf.zeros([0, *[d or 0 for d in s.shape.as_list()[1:]]], s.dtype), spec)
+
+
+def get_next_as_optional(strategy, iterator):
+    """The next global batch from `iterator` (a `HostFeed` or a distributed iterator): an
+    object whose `has_value()` says whether the data went on and `get_value()` gives the
+    per-replica batch, as `tf.distribute`'s `get_next_as_optional` does. Call inside a tf.function."""
+    if isinstance(iterator, HostFeed):
+        return _Pieces(strategy, [iterator.iterator.get_next_as_optional() for _ in range(iterator.replicas)])
+    return iterator.get_next_as_optional()
+
+
 def drop_later(pipeline: list) -> threading.Thread:
     """Empty `pipeline`, a list holding the last references to a used dataset and its
     iterator, on a thread of its own; return that thread.
@@ -133,9 +200,18 @@ def drop_later(pipeline: list) -> threading.Thread:
 def one_cpu_replica(strategy) -> bool:
     """A MirroredStrategy of a single CPU device (GPUs keep prefetching to the device;
     only MirroredStrategy takes PER_REPLICA input)."""
-    if not isinstance(strategy, tf.distribute.MirroredStrategy) or strategy.num_replicas_in_sync != 1:
+    return _cpu_mirrored(strategy) and strategy.num_replicas_in_sync == 1
+
+
+def several_cpu_replicas(strategy) -> bool:
+    """A MirroredStrategy (one worker) of two or more CPU devices."""
+    return _cpu_mirrored(strategy) and strategy.num_replicas_in_sync > 1
+
+
+def _cpu_mirrored(strategy) -> bool:
+    if not isinstance(strategy, tf.distribute.MirroredStrategy):
         return False
-    return tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).device_type == "CPU"
+    return all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in strategy.extended.worker_devices)
 
 
 def in_memory(images: np.ndarray, labels: np.ndarray, *, seed: int | None = None, epoch: int = 0):

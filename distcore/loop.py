@@ -121,7 +121,7 @@ class StepRunner:
         counts = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
         done = tf.constant(0)
         for _ in tf.range(num_steps):
-            optional = iterator.get_next_as_optional()
+            optional = inputs.get_next_as_optional(self.strategy, iterator)
             if not optional.has_value():
                 break
             step = self.step + tf.cast(done, tf.int64) + 1

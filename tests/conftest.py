@@ -84,6 +84,28 @@ def fast_tests_start_no_tensorflow(request):
         )
 
 
+def training_pieces(strategy, dist):
+    """Each step's per-replica elements of `dist` as training's loop reads them on several CPU
+    replicas (as lists); past the end of the data the pieces are empty."""
+    import tensorflow as tf
+
+    from distcore import inputs
+
+    @tf.function
+    def step(iterator):
+        optional = inputs.get_next_as_optional(strategy, iterator)
+        if optional.has_value():
+            return True, strategy.experimental_local_results(optional.get_value())
+        return False, strategy.experimental_local_results(optional.get_value())
+
+    iterator, steps = inputs.train_iterator(strategy, dist), []
+    while True:
+        more, pieces = step(iterator)
+        if not more:
+            return steps
+        steps.append([tf.nest.map_structure(lambda t: t.numpy().tolist(), piece) for piece in pieces])
+
+
 def wait_for(predicate, timeout=120, poll=0.2):
     """The predicate's first truthy value within `timeout` seconds, else its last value."""
     deadline = time.monotonic() + timeout

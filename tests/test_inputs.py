@@ -4,8 +4,9 @@ import stat
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from conftest import cpus
+from conftest import cpus, training_pieces
 from distcore import devices, inputs
 
 
@@ -111,3 +112,66 @@ def test_a_cache_dir_distcore_makes_is_open_to_every_user_as_tmp_is(fmnist, tmp_
     monkeypatch.setenv("DISTCORE_CACHE_DIR", str(own))
     inputs.train_records(few, 16)
     assert stat.S_IMODE(own.stat().st_mode) == 0o700  # a folder the user made keeps its mode
+
+
+def tensorflows_pieces(strategy, dist):
+    return [
+        [tf.nest.map_structure(lambda t: t.numpy().tolist(), piece) for piece in strategy.experimental_local_results(x)]
+        for x in dist
+    ]
+
+
+# Seed tables of the distributed-input guide, partial and uneven batches, both rebatches
+# (a pipeline ending at batch() with AUTO/DATA gets the legacy one), and the function API.
+@pytest.mark.parametrize(
+    "n,g,r,api,policy,mapped,drop",
+    [
+        (6, 4, 2, "dataset", "auto", False, False),
+        (4, 4, 5, "dataset", "auto", False, False),
+        (8, 4, 3, "dataset", "auto", False, False),
+        (1000, 64, 3, "dataset", "auto", False, False),
+        (1000, 64, 3, "dataset", "off", False, False),
+        (1000, 64, 3, "dataset", "data", True, False),
+        (1000, 64, 3, "dataset", "off", True, False),
+        (200, 64, 4, "dataset", "auto", True, False),
+        (200, 64, 4, "dataset", "auto", True, True),
+        (200, 60, 3, "function", "auto", True, False),
+        (200, 64, 2, "function", "off", False, True),
+    ],
+)
+@pytest.mark.slow
+def test_several_cpu_replicas_read_on_the_host_the_pieces_tensorflow_hands_out(n, g, r, api, policy, mapped, drop):
+    strategy = devices.make_strategy(cpus(r))
+
+    def ids():
+        return tf.data.Dataset.range(n).map(lambda i: (i, -i))
+
+    dist = inputs.distribute(
+        strategy,
+        ids,
+        global_batch=g,
+        api=api,
+        policy=policy,
+        drop_remainder=drop,
+        transform=(lambda x, y: (x * 1, y)) if mapped else None,
+        prefetch=mapped,
+    )
+    assert isinstance(inputs.train_iterator(strategy, dist), inputs.HostFeed)
+    got, want = training_pieces(strategy, dist), tensorflows_pieces(strategy, dist)
+    assert got == want
+    every = list(range(n // g * g if drop else n))
+    assert sorted(i for step in got for x, _ in step for i in x) == every
+
+
+@pytest.mark.slow
+def test_the_loop_reads_training_pieces_of_fashion_images_on_the_host(fmnist):
+    strategy = devices.make_strategy(cpus(2))
+
+    def make():
+        return inputs.in_memory(fmnist.train_images[:200], fmnist.train_labels[:200], seed=5, epoch=1)
+
+    dist = inputs.distribute(strategy, make, global_batch=64, api="dataset", policy="auto", drop_remainder=False)
+    got, want = training_pieces(strategy, dist), tensorflows_pieces(strategy, dist)
+    assert [[len(y) for _, y in step] for step in got] == [[32, 32], [32, 32], [32, 32], [4, 4]]
+    assert got == want
+    assert not inputs.several_cpu_replicas(devices.make_strategy(cpus(1)))  # it reads a plain iterator anyway

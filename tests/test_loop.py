@@ -30,7 +30,7 @@ def first_step(fmnist, replicas, n=64, global_batch=64, **overrides):
         policy="auto",
         drop_remainder=False,
     )
-    losses, counts = runner.train_steps(iter(dist), tf.constant(5))
+    losses, counts = runner.train_steps(inputs.train_iterator(strategy, dist), tf.constant(5))
     assert len(losses) == 1  # one batch in, one step out, then a clean stop
     return float(losses[0][0]), int(counts[0]), [v.numpy() for v in runner.model.trainable_variables]
 
@@ -101,7 +101,9 @@ def test_l2_penalty_is_counted_once_whatever_the_replica_count(fmnist):
     assert loss1 > plain  # the penalty is really in the loss
 
 
-def test_steps_per_call_stop_cleanly_at_the_end_of_the_data(fmnist):
+# Training's reader (several CPU replicas read on the host) and tf.distribute's iterator.
+@pytest.mark.parametrize("reader", [inputs.train_iterator, lambda strategy, dist: iter(dist)])
+def test_steps_per_call_stop_cleanly_at_the_end_of_the_data(fmnist, reader):
     config = TrainConfig(devices=cpus(2), global_batch=64, seed=3)
     strategy = devices.make_strategy(config.devices)
     runner = StepRunner(strategy, config)
@@ -114,7 +116,7 @@ def test_steps_per_call_stop_cleanly_at_the_end_of_the_data(fmnist):
         policy="auto",
         drop_remainder=False,
     )
-    iterator = iter(dist)
+    iterator = reader(strategy, dist)
     losses, counts = runner.train_steps(iterator, tf.constant(10))
     assert counts.numpy().tolist() == [64, 64, 64, 8]
     assert int(runner.step.numpy()) == 4

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import ROOT, cpus
+from conftest import ROOT, cpus, training_pieces
 from distcore import split
 from distcore.config import DistcoreError, SplitConfig
 
@@ -198,7 +198,7 @@ def test_split_shows_the_pieces_training_gets(fmnist, tmp_path, monkeypatch, pol
 
     def recording(strategy, make_examples, **kw):
         dist = distribute(strategy, make_examples, **kw)
-        received.append([[len(y) for y in strategy.experimental_local_results(labels)] for _, labels in dist])
+        received.append([[len(y) for _, y in step] for step in training_pieces(strategy, dist)])
         return dist
 
     monkeypatch.setattr(controller.inputs, "distribute", recording)
