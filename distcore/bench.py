@@ -41,7 +41,7 @@ for any loop on this machine. At each replica count, step_only and distcore's
 loop also take turns in one process (fastest of several rounds): how much
 longer distcore's step takes is what the loop and its input cost, split by two more
 contenders in the same rounds (distcore's loop fed one cached batch; the input alone) into
-the distributed iterator, the data pipeline and the Python between calls. A tf.profiler
+the iterator training reads, the data pipeline and the Python between calls. A tf.profiler
 trace of each says what a step spends.
 
 `--task gan` measures the loop-from-scratch guide's GAN instead (`tasks.GAN`, the guide's
@@ -530,14 +530,14 @@ def check_targets(report: dict) -> dict:
     overhead = {item["replicas"]: item for item in report.get("overhead", [])}
     for row in report["results"]:
         r = row["replicas"]
-        # Bound: the share that distcore's loop reached fed one cached batch through the same
-        # tf.distribute iterator (the overhead breakdown's rounds), with no data pipeline at all.
+        # Bound: the share that distcore's loop reached fed one cached batch through the iterator
+        # training reads (the overhead breakdown's rounds), with no data pipeline at all.
         item = overhead.get(r) or {}
         bound = item.get("iterator_bound")
         value, want = row["share_of_step_only"], TARGETS["share_of_step_only"]
         if bound and not item.get("disturbed"):
             check = at_least(value, want, bound)
-            check.update(bound_by="distcore fed one cached batch", out_of_reach="tf.distribute's iterator")
+            check.update(bound_by="distcore fed one cached batch", out_of_reach="the iterator training reads")
         else:
             check = {"value": value, "target": f">= {want}", "met": value >= want}
             if bound:  # a part below zero: other load slowed those rounds, so they bound nothing
@@ -630,7 +630,7 @@ def format_report(report: dict) -> str:
             for p in report["step_profiles"]
         ),
         "where distcore's step time beyond step_only's goes (ms a global step, same process, fastest "
-        "rounds; the distributed iterator fed one cached batch, the data pipeline's fresh batches on top):",
+        "rounds; the iterator training reads fed one cached batch, the data pipeline's fresh batches on top):",
         *(format_overhead(item, item["replicas"]) for item in report["overhead"]),
         f"train process ({report['train_process']['replicas']} replicas, "
         f"{report['train_process']['steps']} steps): peak RSS {report['peak_memory_gib']:.2f} GiB, "
@@ -646,7 +646,7 @@ def format_report(report: dict) -> str:
         "",
         "targets (next to each speed target, what bounds it in this run: step_only, the same step with",
         "no loop cost, so no loop over these kernels does better; for distcore's share of step_only,",
-        "its loop fed one cached batch through the same tf.distribute iterator, so no loop fed by it does better):",
+        "its loop fed one cached batch through the iterator training reads, so no loop fed by it does better):",
     ]
     lines += format_targets(report["targets"])
     return "\n".join(lines)
@@ -938,7 +938,7 @@ def worker_profile(replicas: int, steps: int = 40, traces: int = 3, rounds: int 
     do; the traces' own step times are reported beside them.
 
     Beside the two, each round times distcore's loop fed one cached global batch through the
-    same distributed iterator (`one_batch`) and the distributed input consumed alone, with no
+    iterator training reads (`one_batch`) and the same input consumed alone, with no
     training (`input_alone`): `overhead_breakdown` splits distcore's extra time by them.
 
     `traces` tf.profiler traces of `steps` steps each (around the timed steps only, so a
@@ -991,14 +991,14 @@ def overhead_breakdown(profile: dict) -> dict:
     process's fastest rounds (`worker_profile`). The parts add up to the overhead:
 
     - python_between_calls: the Python around each chunk of steps, beyond step_only's own;
-    - distributed_iterator: taking batches through tf.distribute's iterator and the loop's
-      get_next_as_optional, fed one cached batch (`one_batch`), against step_only's batch that
-      sits on the devices;
+    - distributed_iterator: taking batches through the iterator training reads
+      (`inputs.train_iterator`) and the loop's get_next_as_optional, fed one cached batch
+      (`one_batch`), against step_only's batch that sits on the devices;
     - data_pipeline: making fresh batches (shuffle, batch, normalise) on top of that, as the
       cores that run the step share that work.
 
     `iterator_bound` is step_only's step time over the one-cached-batch loop's: the share of
-    step_only's rate that a loop taking its batches from tf.distribute's iterator reached with no
+    step_only's rate that a loop taking its batches from that iterator reached with no
     data pipeline at all, so no such loop does better here. `switches` are each one's context
     switches a step (voluntary, involuntary): the iterator's hand-offs between its threads, and
     the compute threads preempted by them.
@@ -1050,7 +1050,7 @@ def format_overhead(item: dict, replicas: int) -> str:
     return (
         f"{replicas:>8} distcore {item['distcore_ms']:.2f} ms = step_only {item['step_only_ms']:.2f} "
         f"+ {item['overhead_ms']:.2f} ({100 * (item['overhead_share'] or 0):.0f}% of distcore's step): "
-        f"distributed iterator {item['distributed_iterator_ms']:.2f}, data pipeline "
+        f"iterator {item['distributed_iterator_ms']:.2f}, data pipeline "
         f"{item['data_pipeline_ms']:.2f}, Python between calls {item['python_between_calls_ms']:.2f}; "
         f"CPU {item['extra_cpu_ms']:+.2f} ms a step; the input alone {item['input_alone_ms']:.2f} ms a step "
         f"(CPU {item['input_alone_cpu_ms']:.2f}): {how}"
@@ -1252,7 +1252,7 @@ def named_parts(task) -> tuple:
 
 class Distcore:
     """StepRunner + inputs.distribute, as controller.Controller.run_epoch uses them. With
-    `one_batch`, the same loop and distributed iterator fed one global batch of examples,
+    `one_batch`, the same loop and iterator fed one global batch of examples,
     cached and repeated: the iterator's cost without the data pipeline's work. `runner`: another
     Distcore's (config, StepRunner), whose traced step it shares."""
 

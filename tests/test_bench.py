@@ -137,7 +137,7 @@ def test_bench_json_shape_and_positive_numbers():
         assert report["targets"][f"vs_tutorial@{r}"]["bound"] == row["step_only_vs_tutorial"]
     text = bench.format_report(report)  # the plain-text form renders the same report
     assert "keras_fit" in text and "ceiling" in text and "step_only" in text
-    assert "distributed iterator" in text and "data pipeline" in text and "Python between calls" in text
+    assert "iterator" in text and "data pipeline" in text and "Python between calls" in text
 
 
 def profile_of(step_only, distcore, one_batch, alone_ms):
@@ -211,7 +211,7 @@ def test_flags_of_the_other_task_are_refused(capsys):
 
 def test_the_overhead_over_step_only_splits_into_parts_that_add_up():
     """Mechanics of the breakdown, on made-up numbers: 10 ms against 9 ms a step, of which 0.1 ms is
-    the loop's Python, 0.3 ms the distributed iterator (fed one cached batch) and the rest fresh data."""
+    the loop's Python, 0.3 ms the iterator (fed one cached batch) and the rest fresh data."""
     item = bench.overhead_breakdown(profile_of((9.0, 0.05, 18.0), (10.0, 0.15, 20.5), (9.4, 0.15, 18.6), 1.1))
     assert item["overhead_ms"] == 1.0 and item["overhead_share"] == 0.1
     assert (item["python_between_calls_ms"], item["distributed_iterator_ms"], item["data_pipeline_ms"]) == (
@@ -223,7 +223,7 @@ def test_the_overhead_over_step_only_splits_into_parts_that_add_up():
     assert item["input_keeps_up"] is True  # 1.1 ms of input a step against a 9 ms step: it is CPU, not waiting
     text = bench.format_overhead(item, 2)
     assert text.split()[:8] == ["2", "distcore", "10.00", "ms", "=", "step_only", "9.00", "+"]
-    assert "distributed iterator 0.30, data pipeline 0.60, Python between calls 0.10" in text
+    assert "iterator 0.30, data pipeline 0.60, Python between calls 0.10" in text
     assert "CPU +2.50 ms a step" in text and "costs the CPU it takes from the step" in text
     # The cached-batch loop bounds any loop fed by the same iterator: 9 / 9.4 of step_only's rate.
     assert item["iterator_bound"] == 0.957
@@ -318,7 +318,7 @@ def test_a_target_above_what_step_only_reached_is_out_of_reach():
     lines = bench.format_targets(targets)
     assert (
         "  MISS  share_of_step_only@4: 0.816 (target >= 0.9; distcore fed one cached batch 0.84: "
-        "out of reach for any loop fed by tf.distribute's iterator)" in lines
+        "out of reach for any loop fed by the iterator training reads)" in lines
     )
     assert "  MISS  ceiling_share@2: 0.6 (target >= 0.8; step_only 0.65: out of reach for any loop)" in lines
     # No 1-replica row, so no scaling check; with one, 2 replicas on 2 cores are checked, 4 are not.
