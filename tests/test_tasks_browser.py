@@ -54,10 +54,15 @@ def test_a_gan_trains_from_the_page_and_evaluates_to_its_image_grid(server, page
 
     # An upload: refused with the reason in place and nothing kept; then a good one, summed up.
     page.get_by_role("radio", name="Your .npz").check()
+    # A user drops the file on the shown widget; a file set on it while hidden is lost when it shows.
+    expect(page.locator("#dc-npz")).to_be_visible()
     drop = page.locator("#dc-npz input[type=file]")
     before = uploads(runs)
     drop.set_input_files(str(tmp_path / "bad.npz"))
-    expect(page.locator("#dc-data-note .dc-error")).to_contain_text("y_train in bad.npz holds -1", timeout=30_000)
+    refusal = page.locator("#dc-data-note .dc-error")
+    expect(refusal).to_contain_text("y_train in bad.npz holds -1", timeout=30_000)
+    page.wait_for_timeout(1500)  # the events its reply sets off have run: the reason stays
+    expect(refusal).to_contain_text("y_train in bad.npz holds -1")
     assert uploads(runs) == before
     drop.set_input_files(str(tmp_path / "digits.npz"))
     expect(page.locator("#dc-data-note")).to_contain_text("digits.npz: 300 + 50 rows of 28×28, 3 classes")
@@ -65,6 +70,13 @@ def test_a_gan_trains_from_the_page_and_evaluates_to_its_image_grid(server, page
     expect(page.get_by_label("Test examples", exact=True)).to_have_value("50")
     assert len(list((runs / ".uploads").glob("*.npz"))) == 1
     shot(page, tmp_path, "tasks-1-upload")
+    # Another file replaces a kept one after the box is cleared; refused, its reason stays too.
+    page.locator("#dc-npz").get_by_role("button", name="Clear").click()
+    expect(page.locator("#dc-data-note")).not_to_contain_text("digits.npz")
+    drop.set_input_files(str(tmp_path / "bad.npz"))
+    expect(refusal).to_contain_text("y_train in bad.npz holds -1", timeout=30_000)
+    page.wait_for_timeout(1500)
+    expect(refusal).to_contain_text("y_train in bad.npz holds -1")
 
     # The GAN: no model, optimizer or learning rate; it trains on the built-in data, and says which.
     page.get_by_role("radio", name="Fashion-MNIST").check()

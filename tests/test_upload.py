@@ -169,6 +169,11 @@ def test_a_refused_upload_says_why_and_writes_nothing(case, tmp_path, runs, offe
     note, upload, *_, answer, box = choices.upload_data(settings, str(source))
     assert is_error(note) and upload == "" and box is None and answer == {"ok": False, "message": str(refused.value)}
     assert files(runs) == before
+    # Emptying the id redraws the data note after this reply; it still says why.
+    _, redrawn, *_ = choices.data_shown(settings, "classifier", "npz", upload, answer)
+    assert is_error(redrawn) and str(refused.value).split(":")[0] in redrawn
+    assert choices.data_shown(settings, "classifier", "npz", "", {"ok": True})[1] == ""
+    assert not is_error(choices.data_shown(settings, "classifier", "fashion-mnist", "", answer)[1])
 
 
 def test_the_form_offers_the_built_ins_and_what_the_settings_register(monkeypatch, runs):

@@ -29,9 +29,11 @@ def task_chosen(settings: AppSettings, task, data, upload):
     return data, *forms.data_rows(data, None, settings.offer)
 
 
-def data_shown(settings: AppSettings, task, data, upload):
+def data_shown(settings: AppSettings, task, data, upload, answer=None):
     """The upload box (shown for "Your .npz"), the note under the data choice, and the examples
-    fields' hints, for the data chosen."""
+    fields' hints, for the data chosen. `answer` is the last upload's (upload_data's): with no
+    file kept, the note says why the last one was refused, since a refusal empties the id and
+    that change runs this after the refusal's own note."""
     try:
         rows = forms.data_rows(data, upload, settings.offer)
     except DistcoreError:
@@ -41,6 +43,8 @@ def data_shown(settings: AppSettings, task, data, upload):
         note = forms.data_note(task, data, upload, settings.offer)
     except DistcoreError as e:
         note = error_md(e)
+    if not note and data == forms.UPLOAD and not upload and isinstance(answer, dict) and answer.get("ok") is False:
+        note = error_md(answer.get("message", ""))
     return gr.update(visible=data == forms.UPLOAD), note, *hint
 
 
@@ -85,7 +89,7 @@ def wire_data(settings: AppSettings, ui: dict) -> None:
     gr.on(
         [ui["data"].change, ui["upload"].change, ui["task"].change],
         functools.partial(data_shown, settings),
-        choice,
+        [*choice, ui["upload_answer"]],
         shown,
         **private,
     )

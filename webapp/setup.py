@@ -274,7 +274,7 @@ def training_fields(ui: dict, settings: AppSettings) -> None:
             scale=2,
             elem_id="dc-npz",
         )
-    ui["upload"] = gr.Textbox(visible=False, label="Upload id")  # the kept upload's id (forms.store_upload)
+    ui["upload"] = gr.Textbox("", visible=False, label="Upload id")  # the kept upload's id (forms.store_upload)
     ui["data_note"] = gr.Markdown(elem_classes=LIVE, elem_id="dc-data-note")
     ui["upload_answer"] = gr.JSON(visible=False, label="Upload")
     with gr.Row():
