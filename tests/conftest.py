@@ -94,9 +94,7 @@ def training_pieces(strategy, dist):
     @tf.function
     def step(iterator):
         optional = inputs.get_next_as_optional(strategy, iterator)
-        if optional.has_value():
-            return True, strategy.experimental_local_results(optional.get_value())
-        return False, strategy.experimental_local_results(optional.get_value())
+        return optional.has_value(), strategy.experimental_local_results(optional.get_value())
 
     iterator, steps = inputs.train_iterator(strategy, dist), []
     while True:
