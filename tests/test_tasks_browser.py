@@ -54,7 +54,7 @@ def test_a_gan_trains_from_the_page_and_evaluates_to_its_image_grid(server, page
 
     # An upload: refused with the reason in place and nothing kept; then a good one, summed up.
     page.get_by_role("radio", name="Your .npz").check()
-    # A user drops the file on the shown widget; a file set on it while hidden is lost when it shows.
+    # A user drops the file on the widget once it shows.
     expect(page.locator("#dc-npz")).to_be_visible()
     drop = page.locator("#dc-npz input[type=file]")
     before = uploads(runs)
