@@ -570,6 +570,8 @@ def test_a_browser_gets_its_setup_back_but_not_values_this_app_does_not_offer():
 def test_setup_line_names_the_worker_processes():
     line = fmt.config_line({"model": "cnn", "global_batch": 64, "devices": ["cpu:0"], "workers": 2})
     assert "global batch 64 on 2 worker processes (cpu:0 each)" in line
+    ray = {"global_batch": 64, "devices": ["cpu:0"], "workers": 2}
+    assert "global batch 64 on 2 worker processes on Ray (cpu:0 each) ·" in fmt.config_line(ray, "ray")
     assert "global batch 64 on cpu:0, cpu:1 ·" in fmt.config_line({"global_batch": 64, "devices": ["cpu:0", "cpu:1"]})
     # An L2 weight is in every step's loss (4.14 at step 1 against 2.30): the line said nothing of it.
     assert fmt.config_line({"seed": 0, "l2": 0.01}).endswith("seed 0 · L2 weight 0.01 (in the loss)")

@@ -162,6 +162,7 @@ def test_the_app_starts_a_ray_run_and_follows_it_to_the_end(app, page, ray_dir, 
     assert [step for _, step, _ in seen] == sorted(step for _, step, _ in seen)  # never back
     assert [s for s in seen if s[0] in ("starting", "running") and s[1] < 20], seen  # followed while it trained
     expect(page.get_by_text(re.compile(r"Checkpoints: .*ckpt-20"))).to_be_visible(timeout=10_000)
+    expect(page.get_by_text(re.compile(r"Setup: .* on 2 worker processes on Ray \(cpu:0 each\)"))).to_be_visible()
     wait_for(lambda: loss_points(page) == 20, timeout=10)
     assert loss_points(page) == 20
     assert {"gcs_server", "raylet"} <= {name for name, _ in sockets}, sockets  # (seen while it ran)

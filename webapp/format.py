@@ -82,9 +82,10 @@ def status_md(p: jobs.Progress) -> str:
     return "\n\n".join(lines)
 
 
-def config_line(c: dict) -> str:
+def config_line(c: dict, engine: str = "local") -> str:
     """The run's setup in one line (empty until config.json exists): what trains (the classifier's
-    model, optimizer and rate; the GAN; a task of your own), where, and on which data."""
+    model, optimizer and rate; the GAN; a task of your own), where (`engine` "ray" when the app
+    launched its workers on Ray), and on which data."""
     if not c:
         return ""
     task = c.get("task") or "classifier"
@@ -94,17 +95,19 @@ def config_line(c: dict) -> str:
     of = "" if (task, data) == ("classifier", "fashion-mnist") else f" of {forms.data_label(data)}"
     return (
         f"\n\nSetup: {what.get(task, f'task {task} · {trained}')} · global batch {c.get('global_batch')} on "
-        f"{where_trained(c)} · policy {str(c.get('policy')).upper()} · "
+        f"{where_trained(c, engine)} · policy {str(c.get('policy')).upper()} · "
         f"input API {c.get('api')} · {c.get('train_examples')} training / "
         f"{c.get('test_examples')} test examples{of} · seed {c.get('seed')}"
         + (f" · L2 weight {c.get('l2')} (in the loss)" if c.get("l2") else "")
     )
 
 
-def where_trained(c: dict) -> str:
+def where_trained(c: dict, engine: str = "local") -> str:
     devices = ", ".join(c.get("devices") or [])
     workers = int(c.get("workers") or 1)
-    return f"{workers} worker processes ({devices} each)" if workers > 1 else devices
+    if workers <= 1:
+        return devices
+    return f"{workers} worker processes" + (" on Ray" if engine == "ray" else "") + f" ({devices} each)"
 
 
 def event_line(m: dict) -> str:

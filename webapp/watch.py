@@ -60,7 +60,8 @@ def run_view(settings: AppSettings, name):
     metrics = runs.read_metrics(run_dir)
     p = jobs.job_progress(run_dir, metrics=metrics)
     config, damaged = runs.shown_config(run_dir)
-    text = status_md(p) + (f"\n\n{error_md(damaged)}" if damaged else config_line(config))
+    setup = f"\n\n{error_md(damaged)}" if damaged else config_line(config, jobs.launched_engine(run_dir))
+    text = status_md(p) + setup
     # The checkpoints on disk, not the log's: one deleted by hand is no longer there to restore.
     saved = [runs.checkpoint_step(c) for c in runs.list_checkpoints(run_dir)]
     l2 = config.get("l2") or 0
