@@ -16,6 +16,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from . import runs
@@ -335,25 +336,45 @@ def evaluate(
     if found.notes:
         result["note"] = " ".join(found.notes)
     if details and isinstance(runner.task, tasks.Classifier) and hasattr(data, "test_images"):
-        result["confusion"] = confusion_matrix(runner.task.model, data)
-        result["samples"] = sample_predictions(runner.task.model, data, count=min(16, config.test_examples))
+        predicted = predictions(runner.task.model, data)
+        result["confusion"] = confusion_matrix(data.test_labels, predicted, data.classes)
+        result["samples"] = sample_predictions(data.test_labels, predicted, count=SAMPLES)
     return result
 
 
-def confusion_matrix(model, data, batch: int = 1000) -> list[list[int]]:
-    """Rows: true class, columns: predicted, over the run's test set (one device, no strategy)."""
+SAMPLES = 16  # test images an evaluation with details shows
+
+
+def predictions(model, data, batch: int = 1000) -> np.ndarray:
+    """The model's predicted class of each of the run's test examples (one device, no strategy)."""
     from .model import forward
 
-    classes = max(data.classes, 1)
-    confusion = [[0] * classes for _ in range(classes)]
+    out = []
     for start in range(0, len(data.test_labels), batch):
-        images = data.transform_x(data.test_images[start : start + batch])
-        logits = forward(model, images, training=False)
-        predicted = tf.argmax(logits, axis=1, output_type=tf.int32).numpy()
-        for y, p in zip(data.test_labels[start : start + batch], predicted):
-            if int(p) < classes:
-                confusion[int(y)][int(p)] += 1
+        logits = forward(model, data.transform_x(data.test_images[start : start + batch]), training=False)
+        out.append(tf.argmax(logits, axis=1, output_type=tf.int32).numpy())
+    return np.concatenate(out) if out else np.zeros([0], np.int32)
+
+
+def confusion_matrix(labels, predicted, classes: int) -> list[list[int]]:
+    """Rows: true class, columns: predicted; a prediction outside the classes is left out."""
+    classes = max(classes, 1)
+    confusion = [[0] * classes for _ in range(classes)]
+    for y, p in zip(labels, predicted):
+        if int(p) < classes:
+            confusion[int(y)][int(p)] += 1
     return confusion
+
+
+def sample_predictions(labels, predicted, count: int = SAMPLES) -> list[dict]:
+    """`count` test examples to look at, in test-set order within each group: up to half of them
+    mistakes from the whole test set, the rest predicted right (more of either when the other runs
+    short), so a good model's few mistakes are shown as well as a poor model's right answers."""
+    wrong = [i for i in range(len(labels)) if int(predicted[i]) != int(labels[i])]
+    right = [i for i in range(len(labels)) if int(predicted[i]) == int(labels[i])]
+    mistakes = min(len(wrong), max(count // 2, count - len(right)))
+    chosen = wrong[:mistakes] + right[: count - mistakes]
+    return [{"index": i, "label": int(labels[i]), "predicted": int(predicted[i])} for i in chosen]
 
 
 def export(run_dir, out, checkpoint: str | None = None, format: str | None = None, task=None) -> dict:
@@ -388,10 +409,3 @@ def export(run_dir, out, checkpoint: str | None = None, format: str | None = Non
         "step": found.step,
         "task": found.config.task,
     }
-
-
-def sample_predictions(model, data, count: int) -> list[dict]:
-    images = data.transform_x(data.test_images[:count])
-    labels = data.test_labels[:count]
-    predicted = tf.argmax(model(images, training=False), axis=1).numpy()
-    return [{"index": i, "label": int(labels[i]), "predicted": int(predicted[i])} for i in range(count)]

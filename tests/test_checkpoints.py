@@ -36,7 +36,11 @@ def test_newest_checkpoint_with_details(trained_run):
     confusion = result["confusion"]
     assert sum(map(sum, confusion)) == 10000 and all(sum(row) == 1000 for row in confusion)
     assert sum(confusion[i][i] for i in range(10)) / 10000 == pytest.approx(result["accuracy"], abs=1e-6)
-    assert len(result["samples"]) == 16 and result["samples"][0]["label"] == 9  # test image 0 is an ankle boot
+    # 16 test images, half of them mistakes from the whole test set (about 1,200 of the 10,000), first.
+    samples = result["samples"]
+    wrong = [s for s in samples if s["predicted"] != s["label"]]
+    assert len(samples) == 16 and samples[:8] == wrong and len({s["index"] for s in samples}) == 16
+    assert [s["index"] for s in samples[8:]] == sorted(s["index"] for s in samples[8:])
 
 
 def test_sample_images_come_from_the_runs_own_test_set(trained_run, tmp_path):
@@ -48,7 +52,7 @@ def test_sample_images_come_from_the_runs_own_test_set(trained_run, tmp_path):
     runs.write_json_atomic(few / "config.json", {**runs.read_config(run_dir), "test_examples": 7})
     result = checkpoints.evaluate(few, "ckpt-400", details=True)
     assert result["examples"] == 7 and sum(map(sum, result["confusion"])) == 7
-    assert [s["index"] for s in result["samples"]] == list(range(7))  # of the test set only, not 16
+    assert sorted(s["index"] for s in result["samples"]) == list(range(7))  # of the test set only, not 16
 
 
 def test_the_used_test_iterator_is_deleted_off_the_calling_thread(trained_run, dropped_iterators):
@@ -185,3 +189,22 @@ def test_the_warnings_of_a_restore_that_failed_half_way_are_dropped():
             logger.warning("another warning")
         logger.warning("Value in checkpoint could not be found in the restored object: (root).epoch")
     assert said == ["another warning", "Value in checkpoint could not be found in the restored object: (root).epoch"]
+
+
+def test_samples_show_a_good_models_few_mistakes_and_a_poor_models_right_answers():
+    labels = [i % 10 for i in range(100)]
+    good = list(labels)
+    for i in (50, 70, 90):  # three mistakes, none among the first 16 examples
+        good[i] = (labels[i] + 1) % 10
+    picked = checkpoints.sample_predictions(labels, good)
+    assert [s["index"] for s in picked] == [50, 70, 90, *range(13)]
+    assert [s["predicted"] for s in picked[:3]] == [1, 1, 1] and all(s["predicted"] == s["label"] for s in picked[3:])
+    poor = [(y + 1) % 10 for y in labels]
+    poor[40] = labels[40]  # one right answer among 100
+    assert [s["index"] for s in checkpoints.sample_predictions(labels, poor)] == [*range(15), 40]
+    half = [(y + 1) % 10 if i % 2 else y for i, y in enumerate(labels)]
+    assert [s["index"] for s in checkpoints.sample_predictions(labels, half)] == [*range(1, 16, 2), *range(0, 16, 2)]
+    assert checkpoints.sample_predictions(labels[:5], good[:5]) == [
+        {"index": i, "label": i, "predicted": i} for i in range(5)
+    ]
+    assert checkpoints.confusion_matrix([0, 1, 1], [0, 0, 5], 2) == [[1, 0], [1, 0]]  # 5 is no class: left out
