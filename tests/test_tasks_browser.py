@@ -20,6 +20,12 @@ STEP_PLOT = """() => {
     }
     return [];
 }"""
+# Each plot in the row of the grid: how far its drawing reaches past its box's right edge, in px.
+OVERFLOW = """() => ['#dc-loss-plot', '#dc-epoch-plot'].map(id => {
+    const box = document.querySelector(id).getBoundingClientRect();
+    const svg = document.querySelector(id + ' .main-svg').getBoundingClientRect();
+    return Math.round(svg.right - box.right);
+})"""
 
 
 @pytest.fixture
@@ -112,6 +118,18 @@ def test_a_gan_trains_from_the_page_and_evaluates_to_its_image_grid(server, page
     expect(grid).to_be_visible(timeout=30_000)
     expect(page.locator("#dc-grid")).to_contain_text("Generated images, step 10")
     assert grid.evaluate("img => img.naturalWidth") >= 200  # 8×8 images of 28 px and borders, twice as large
+    # The plots narrow to the room the grid leaves them, whenever it appears: none is cut off at
+    # its right edge, also when the grid comes back after the plots were drawn without it.
+    page.wait_for_timeout(1000)
+    assert max(page.evaluate(OVERFLOW)) <= 1, page.evaluate(OVERFLOW)
+    hide = "() => { document.querySelector('#dc-grid').style.display = 'none'; }"
+    page.evaluate(hide)
+    page.evaluate("() => window.dispatchEvent(new Event('resize'))")
+    page.wait_for_timeout(1000)
+    assert max(page.evaluate(OVERFLOW)) <= 1  # drawn as wide as the row without the grid
+    page.evaluate("() => { document.querySelector('#dc-grid').style.display = ''; }")
+    page.wait_for_timeout(1000)
+    assert max(page.evaluate(OVERFLOW)) <= 1, page.evaluate(OVERFLOW)
     expect(page.get_by_text(re.compile("^Setup: GAN"))).to_be_visible()
     shot(page, tmp_path, "tasks-2-gan-trained")
 

@@ -276,7 +276,9 @@ def build(settings: AppSettings, lock, setup: dict, bind, timer: gr.Timer) -> di
     with gr.Row():
         # No labels: the figures have titles, and on a phone a label covers the plot's toolbar.
         ui["loss_plot"] = gr.Plot(label="Training loss per step", show_label=False, elem_id="dc-loss-plot", scale=2)
-        ui["epoch_plot"] = gr.Plot(label="Loss and accuracy per epoch", show_label=False, scale=2)
+        ui["epoch_plot"] = gr.Plot(
+            label="Loss and accuracy per epoch", show_label=False, elem_id="dc-epoch-plot", scale=2
+        )
         # A task's newest generated images (the GAN's grid): shown only for a run that writes them.
         ui["grid"] = gr.Image(
             label="Generated images, newest",
