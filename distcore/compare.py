@@ -213,12 +213,17 @@ def scalar_series(metrics: list[dict], x_axis: str, weight: float) -> dict:
 
 def speed_series(metrics: list[dict]) -> dict:
     """examples/s of each timed loop, against seconds since the run first started (a loop's
-    records share its speed: one point a loop)."""
+    records share its speed: one point a loop). A resume's time holds None, so the line breaks
+    over the time no process trained rather than join its two sides."""
     began = start_time(metrics) or 0.0
     points = {}
-    for m in plots.step_records(metrics):
-        if m.get("examples_per_sec"):
+    for m in metrics:
+        if m.get("event") == "resume" and points:
+            points[round(m.get("time", began) - began, 3)] = None
+        elif runs.is_step_record(m) and m.get("examples_per_sec"):
             points[round(m.get("time", began) - began, 3)] = m["examples_per_sec"]
+    if points and list(points.values())[-1] is None:  # resumed, not timed yet: nothing to break
+        points.popitem()
     return {"x": list(points), "y": list(points.values())}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import runs, split  # their words for a plan and a record; no TensorFlow at import
+from . import runs, split, sysmetrics  # their words for a plan, a record, a sample; no TensorFlow
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 # Discrete colour scale: grey for empty, amber for partial, blue for full.
@@ -394,6 +394,9 @@ def _empty_note(fig: go.Figure, text: str, panels: int = 1) -> go.Figure:
     fig.update_yaxes(**blank)
     for n in range(1, panels + 1):
         suffix = "" if n == 1 else str(n)
+        # Plotly draws a panel beyond the first only when a trace is on its axes.
+        if n > 1 and not any(trace.xaxis == f"x{n}" for trace in fig.data):
+            fig.add_trace(go.Scatter(x=[], y=[], xaxis=f"x{n}", yaxis=f"y{n}", showlegend=False, hoverinfo="skip"))
         fig.add_annotation(
             text=text,
             showarrow=False,
@@ -566,6 +569,21 @@ def metrics_csv(metrics: list[dict], path: str | Path) -> Path:
     return path
 
 
+def sampled_times(rows: list[dict], start: float) -> tuple[list[float], list[dict | None]]:
+    """Seconds since `start` of each sample, and the samples; where no process sampled for more
+    than three sampling intervals (a run stopped, then resumed), a None sample between two
+    times, so the lines break there rather than join the gap with a straight line."""
+    xs, out = [], []
+    for row in rows:
+        t = row["time"] - start
+        if xs and t - xs[-1] > 3 * sysmetrics.INTERVAL:
+            xs.append(round((t + xs[-1]) / 2, 1))
+            out.append(None)
+        xs.append(round(t, 1))
+        out.append(row)
+    return xs, out
+
+
 def system_figure(samples) -> go.Figure:
     """A training process's CPU (% of one core: 200 is two cores busy) and resident memory over
     time, from runs.read_system; GPU utilisation and memory too where they were recorded.
@@ -577,7 +595,7 @@ def system_figure(samples) -> go.Figure:
         if not rows:
             continue
         start, colour = rows[0]["time"], palette[i % len(palette)]
-        x = [round(r["time"] - start, 1) for r in rows]
+        x, rows = sampled_times(rows, start)
         panels = [
             ("cpu_percent", 1, 1, "CPU", "solid"),
             ("gpu_util", 1, 1, "GPU", "dash"),
@@ -585,13 +603,13 @@ def system_figure(samples) -> go.Figure:
             ("gpu_mem_bytes", 2, 2**20, "GPU memory", "dash"),
         ]
         for key, col, scale, what, dash in panels:
-            if not any(key in r for r in rows):
+            if not any(r and key in r for r in rows):
                 continue
             label = f"{name} · {what}" if name else what
             fig.add_trace(
                 go.Scatter(
                     x=x,
-                    y=[r[key] / scale if key in r else None for r in rows],
+                    y=[r[key] / scale if r and key in r else None for r in rows],
                     name=label,
                     mode="lines",
                     line={"color": colour, "dash": dash},

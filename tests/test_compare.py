@@ -106,7 +106,26 @@ def test_table_differences_and_csv(tmp_path):
     assert len(compareplots.loss_figure(compare.comparison(tmp_path, ["one"], "step", 0)).data) == 1  # raw only
     for figure in (compareplots.epoch_figure, compareplots.speed_figure):
         assert [t.name for t in figure(result).data if t.showlegend is not False] == ["one", "two"]
-    assert not compareplots.system_figure(result).data  # no system.jsonl written here
+    empty = compareplots.system_figure(result)  # no system.jsonl written here
+    assert [a.text for a in empty.layout.annotations][-2:] == ["no samples yet"] * 2
+    assert not any(t.x for t in empty.data)
+
+
+def test_the_speed_line_breaks_where_a_run_was_stopped():
+    def step(n, t):
+        return {"step": n, "epoch": 1, "examples": 64, "loss": 1.0, "time": t, "examples_per_sec": 100.0 * n}
+
+    metrics = [
+        {"event": "start", "step": 0, "time": 100.0},
+        step(1, 101.0),
+        step(2, 102.0),
+        {"event": "stopped", "step": 2, "time": 102.5},
+        {"event": "resume", "step": 2, "time": 150.0, "message": "resumed from ckpt-2 at step 2"},
+        step(3, 152.0),
+    ]
+    assert compare.speed_series(metrics) == {"x": [1.0, 2.0, 50.0, 52.0], "y": [100.0, 200.0, None, 300.0]}
+    # Resumed and not timed yet: the line ends where it was, with nothing to break.
+    assert compare.speed_series(metrics[:-1]) == {"x": [1.0, 2.0], "y": [100.0, 200.0]}
 
 
 def test_picks_are_names_inside_the_runs_folder(tmp_path):

@@ -44,7 +44,18 @@ def test_system_figure_one_run_and_overlaid():
     assert [t.name for t in fig.data] == ["CPU", "RSS"] and fig.data[1].y[0] == 512
     fig = plots.system_figure({"a": rows, "b": [{**r, "gpu_util": 9.0} for r in rows]})
     assert [t.name for t in fig.data] == ["a · CPU", "a · RSS", "b · CPU", "b · GPU", "b · RSS"]
-    assert plots.system_figure([]).layout.annotations[-1].text == "no samples yet"
+    empty = plots.system_figure([])  # a note in both panels, and each panel drawn
+    assert [a.text for a in empty.layout.annotations][-2:] == ["no samples yet"] * 2
+    assert [(t.xaxis, list(t.x)) for t in empty.data] == [("x2", [])]
+
+
+def test_system_lines_break_where_no_process_sampled():
+    # Sampled every 2 s, stopped after 4 s, resumed 46 s later.
+    rows = [{"time": 10.0 + t, "cpu_percent": 100.0, "rss_bytes": 2**20} for t in (0, 2, 4, 50, 52)]
+    cpu, rss = plots.system_figure(rows).data
+    assert list(cpu.x) == [0, 2, 4, 27, 50, 52] and list(cpu.y) == [100.0, 100.0, 100.0, None, 100.0, 100.0]
+    assert list(rss.y) == [1.0, 1.0, 1.0, None, 1.0, 1.0]
+    assert len(plots.system_figure(rows[:3]).data[0].x) == 3  # no gap, no break
 
 
 def test_cost_per_sample_is_small():
