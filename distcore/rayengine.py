@@ -210,12 +210,24 @@ def fit(
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    error = None
+    failed: list[Exception] = []
+
+    def run_fit():
+        try:
+            trainer.fit()
+        except Exception as err:  # Ray's TrainingFailedError: a worker failed, and the restarts are spent
+            failed.append(err)
+
+    # fit() runs off the main thread: on the main thread Ray Train puts in its own SIGINT handler,
+    # which aborts the workers with no checkpoint, and Ctrl-C must stop them as SIGTERM does.
+    # The main thread waits in short joins, so the signal handlers run at once.
+    runner = threading.Thread(target=run_fit, name="distcore-ray-fit", daemon=True)
     try:
-        trainer.fit()
-    except Exception as err:  # Ray's TrainingFailedError: a worker failed, and the restarts are spent
-        error = err
+        runner.start()
+        while runner.is_alive():
+            runner.join(0.2)
     finally:
+        error = failed[0] if failed else None
         done.set()
         watcher.join()
         state = {}
