@@ -109,7 +109,9 @@ def is_distcore_command(pid, run_dir: Path) -> bool:
     """True if pid is a `distcore train` or `cluster` for this run dir (guards against pid reuse).
     The app passes run directories in full; a user of the CLI may have given a relative one."""
     cmd = pid_cmdline(pid)
-    if "distcore" not in cmd or not ("train" in cmd or "cluster" in cmd):
+    # The installed command runs as [python, .../bin/distcore, ...]; the module as [python, -m, distcore, ...].
+    program = any(Path(a).name == "distcore" for a in cmd[:2]) or ["-m", "distcore"] in map(list, zip(cmd, cmd[1:]))
+    if not program or not ("train" in cmd or "cluster" in cmd):
         return False
     given = [b for a, b in zip(cmd, cmd[1:]) if a == "--run-dir"] + [
         a.split("=", 1)[1] for a in cmd if a.startswith("--run-dir=")

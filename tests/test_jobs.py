@@ -682,3 +682,22 @@ def test_a_stopped_run_whose_launcher_still_waits_shows_its_speed(tmp_path, monk
     monkeypatch.setattr(jobs, "job_pid", lambda run_dir: 4242)  # the launcher, still exiting
     progress = jobs.job_progress(tmp_path)
     assert (progress.state, progress.active, progress.examples_per_sec) == ("stopped", True, 5000.0)
+
+
+@pytest.mark.parametrize("program", ["distcore", "not-distcore"])
+def test_a_run_of_the_installed_command_is_known_as_distcores(tmp_path, program):
+    # The console script runs as [python, .../bin/distcore, train, ...]: the app's Stop signals it.
+    script = tmp_path / "bin" / program
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    script.chmod(0o755)
+    run_dir = tmp_path / "live"
+    proc = subprocess.Popen([str(script), "train", "--run-dir", "live"], cwd=tmp_path)
+    try:
+        assert wait_for(lambda: len(jobs.pid_cmdline(proc.pid)) == 5, timeout=10)
+        assert jobs.pid_cmdline(proc.pid)[1:3] == [str(script), "train"]
+        assert jobs.is_distcore_command(proc.pid, run_dir) == (program == "distcore")
+        assert not jobs.is_distcore_command(proc.pid, tmp_path / "other")
+    finally:
+        proc.kill()
+        proc.wait()
