@@ -769,7 +769,7 @@ def cmd_evaluate(args) -> int:
     if "note" in result:
         print("note: " + result["note"])
     if args.details and "confusion" in result:
-        print_details(result)
+        print_details(result, runs.read_config(args.run_dir).data)
     return 0
 
 
@@ -785,17 +785,19 @@ def cmd_export(args) -> int:
     return 0
 
 
-def print_details(result: dict) -> None:
-    """The confusion matrix (rows: true class, columns: predicted) and the sample predictions."""
-    from .data import CLASS_NAMES
+def print_details(result: dict, data: str) -> None:
+    """The confusion matrix (rows: true class, columns: predicted) and the sample predictions, the
+    classes named as `data` (the run's config.data) names them: Fashion-MNIST's names, else numbers."""
+    from .forms import class_names
 
-    print("\nconfusion matrix (rows: true class, columns: predicted class 0-9)")
+    names = class_names(data, len(result["confusion"]))
+    print(f"\nconfusion matrix (rows: true class, columns: predicted class 0-{len(names) - 1})")
     for index, row in enumerate(result["confusion"]):
-        print(f"{index} {CLASS_NAMES[index]:>12} " + " ".join(f"{n:5d}" for n in row))
+        print(f"{index} {names[index]:>12} " + " ".join(f"{n:5d}" for n in row))
     print("\nsample predictions (test image: true -> predicted)")
     for sample in result["samples"]:
         mark = "ok" if sample["label"] == sample["predicted"] else "WRONG"
-        print(f"#{sample['index']:<3} {CLASS_NAMES[sample['label']]} -> {CLASS_NAMES[sample['predicted']]}  {mark}")
+        print(f"#{sample['index']:<3} {names[sample['label']]} -> {names[sample['predicted']]}  {mark}")
 
 
 def cmd_loss_check(args) -> int:

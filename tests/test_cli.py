@@ -703,3 +703,14 @@ def test_a_stop_is_answered_while_the_loop_of_steps_still_runs(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert runs.read_status(run_dir)["state"] == "stopped" and runs.read_status(run_dir)["step"] == 900
+
+
+def test_details_name_the_classes_of_the_runs_own_data(capsys):
+    result = {"confusion": [[2, 0, 1], [0, 3, 0], [0, 0, 4]], "samples": [{"index": 7, "label": 0, "predicted": 2}]}
+    distcore_cli.print_details(result, "/data/three.npz")
+    out = capsys.readouterr().out.splitlines()
+    assert "confusion matrix (rows: true class, columns: predicted class 0-2)" in out
+    assert "0            0     2     0     1" in out and "#7   0 -> 2  WRONG" in out
+    distcore_cli.print_details({**result, "confusion": [[1] * 10] * 10}, "fashion-mnist")
+    out = capsys.readouterr().out
+    assert "predicted class 0-9" in out and "T-shirt/top -> Pullover  WRONG" in out
