@@ -62,11 +62,18 @@ class Sweep:
         set_(self, "workers", int_list(",".join(map(str, self.workers)), "workers", 8))
         if self.global_batch is not None and self.per_replica_batch is not None:
             raise DistcoreError("give a global batch or a per-replica batch, not both.")
+        if self.global_batch is None and self.per_replica_batch is None:  # weak scaling, by the tutorials' batch
+            set_(self, "per_replica_batch", DEFAULT_PER_REPLICA_BATCH)
         if self.target_accuracy is not None and not 0 < float(self.target_accuracy) <= 1:
             raise DistcoreError(f"target accuracy ({self.target_accuracy}) must be above 0 and at most 1, e.g. 0.7.")
         set_(self, "max_steps", check_int("max steps", self.max_steps, high=100_000))
         if self.name is not None:
             set_(self, "name", runs.check_name(self.name, "sweep name"))
+        if len(self.points()) < 2:
+            raise DistcoreError(
+                f"a sweep of one device set ({self.points()[0][0]} replica(s)) has nothing to compare its speed "
+                "with: give two or more counts, e.g. replicas 1,2."
+            )
         for replicas, workers in self.points():
             self.train_config(replicas, workers)  # every field checked before anything starts
 
@@ -79,7 +86,7 @@ class Sweep:
     def batch(self, replicas: int) -> int:
         if self.global_batch is not None:
             return self.global_batch
-        return (self.per_replica_batch or DEFAULT_PER_REPLICA_BATCH) * replicas
+        return self.per_replica_batch * replicas
 
     def train_config(self, replicas: int, workers: int) -> TrainConfig:
         batch = self.batch(replicas)

@@ -68,7 +68,18 @@ def test_a_second_sweep_is_refused_while_one_runs(tmp_path):
     sweep.runs.write_json_atomic(tmp_path / f"busy{sweep.SUFFIX}", {"state": "running", "pid": sweep.os.getpid()})
     assert sweep.running(tmp_path) == "busy"
     with pytest.raises(DistcoreError, match="still running"):
-        sweep.start(tmp_path, sweep.Sweep(replicas=(1,)), max_jobs=2)
+        sweep.start(tmp_path, sweep.Sweep(replicas=(1, 2)), max_jobs=2)
+
+
+def test_a_sweep_of_one_device_set_is_refused_and_the_default_batch_is_named():
+    with pytest.raises(DistcoreError, match=r"one device set \(1 replica\(s\)\) has nothing to compare"):
+        sweep.Sweep(replicas=(1,))
+    with pytest.raises(DistcoreError, match="nothing to compare"):
+        sweep.Sweep(replicas=(2,), workers=(1,))
+    assert sweep.Sweep(replicas=(2,), workers=(2,)).points() == [(2, 1), (2, 2)]  # 2 replicas, then 2 workers
+    weak = sweep.Sweep(replicas=(1, 2))
+    assert weak.per_replica_batch == 64 and [weak.batch(r) for r in (1, 2)] == [64, 128]
+    assert sweep.Sweep(replicas=(1, 2), global_batch=96).per_replica_batch is None
 
 
 @pytest.mark.slow
