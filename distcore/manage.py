@@ -24,6 +24,8 @@ MAX_NOTES = 500  # characters: a note is a line in the table, not a lab book
 
 def run_folder(runs_root, name) -> Path:
     """The folder of run `name`: inside the runs folder, not a link, and a run."""
+    if not name:
+        raise DistcoreError("no run is picked: pick the run to rename, delete or note first.")
     run_dir = runs.safe_run_dir(runs_root, name)  # no '/', '..', absolute paths or links
     if not run_dir.is_dir():
         raise DistcoreError(f"there is no run named {name!r} in the runs folder.")

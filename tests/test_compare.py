@@ -167,6 +167,11 @@ def test_rename_and_delete_refuse_what_is_outside_or_not_a_run(two_runs, tmp_pat
             manage.rename_run(two_runs, "one", new)
     assert (outside / "config.json").is_file() and (two_runs / "one").is_dir() and (two_runs / "link").is_symlink()
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "abs").exists()
+    for name in ("", None):  # nothing picked on the page: it says so, not that '' is a bad name
+        with pytest.raises(DistcoreError, match="^no run is picked: pick the run to rename, delete or note"):
+            manage.delete_run(two_runs, name)
+        with pytest.raises(DistcoreError, match="^no run is picked"):
+            manage.write_notes(two_runs, name, "x")
 
 
 def test_a_running_run_is_refused(two_runs):
