@@ -433,10 +433,11 @@ class Controller:
             # installed the signal handler first), so say the process is there.
             self.status_before = self.stop.status_before(self.run_dir) if resume else None  # for put_back()
             previous_step = (self.status_before or {}).get("step", 0)
-            if (
-                isinstance(self.given_data, datasets.Arrays) and not resume
-            ):  # the run's own copy: resume and evaluate read it
-                self.given_data.save(self.run_dir / datasets.RUN_DATA_FILE)
+            if not resume:  # the run's own copy of the user's data: resume and evaluate read it
+                if isinstance(self.given_data, datasets.Arrays):
+                    self.given_data.save(self.run_dir / datasets.RUN_DATA_FILE)
+                elif self.given_data is None:
+                    datasets.keep_copy(self.config.data, self.run_dir)
             runs.write_json_atomic(
                 self.run_dir / "status.json",
                 {

@@ -11,7 +11,8 @@ A run's config.json names its data (`TrainConfig.data`):
   "datasets"       a library caller's `Datasets`: tf.data pipelines made by the caller's functions,
                    for data that does not fit in memory (this process only: pass them again to
                    resume or evaluate);
-  a path to .npz   a file with arrays x_train, y_train, x_test, y_test (the app's uploads too).
+  a path to .npz   a file with arrays x_train, y_train, x_test, y_test (the app's uploads too);
+                   a new run keeps a copy as its data.npz, which resume and evaluation read.
 
 User arrays are checked before anything trains (`check_arrays`): every message says what is
 wrong and what is allowed. No TensorFlow here.
@@ -20,6 +21,7 @@ wrong and what is allowed. No TensorFlow here.
 from __future__ import annotations
 
 import os
+import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,7 +285,20 @@ def load(name: str, *, data_dir=None, run_dir=None, saved_in=None, on_note=None)
             )
         found = read_npz(path)
         return found
-    return read_npz(name)
+    kept = Path(run_dir) / RUN_DATA_FILE if run_dir is not None else None
+    return read_npz(kept if kept is not None and kept.is_file() else name)
+
+
+def keep_copy(name: str, run_dir) -> None:
+    """A new run on an .npz file (`data` a path) keeps a copy of it in its folder, as a run on
+    `Arrays` keeps its arrays: resume and evaluation read that copy (`load`), so the run's numbers
+    hold when the file is changed or moved."""
+    if name in (*BUILT_IN, ARRAYS, DATASETS):
+        return
+    path = Path(run_dir) / RUN_DATA_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.copyfile(Path(name).expanduser(), tmp)
+    os.replace(tmp, path)
 
 
 def train_rows(name: str, *, data_dir=None, run_dir=None) -> tuple[int, int]:

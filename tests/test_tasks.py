@@ -226,7 +226,16 @@ def test_a_run_sigkilled_after_a_checkpoint_resumes_with_no_step_twice(user_fold
     killed = cli("train", *what, *FLAGS, *test_examples, "--run-dir", str(tmp_path / "b"), "--json", cwd=user_folder)
     records_until(killed, step=17)
     assert runs.list_checkpoints(tmp_path / "b") == ["ckpt-10"]
-    resumed = records_until(cli("train", "--resume", "--run-dir", str(tmp_path / "b"), "--json", cwd=user_folder))
+    # An .npz run keeps a copy of the file in its folder: it resumes with the file moved away.
+    npz = user_folder / "mine.npz"
+    if "mine.npz" in what:
+        assert (tmp_path / "b" / "data.npz").read_bytes() == npz.read_bytes()
+        npz.rename(tmp_path / "moved.npz")
+    try:
+        resumed = records_until(cli("train", "--resume", "--run-dir", str(tmp_path / "b"), "--json", cwd=user_folder))
+    finally:
+        if (tmp_path / "moved.npz").exists():
+            (tmp_path / "moved.npz").rename(npz)
     assert resumed[0]["event"] == "resume" and resumed[0]["step"] == 10
     logged = [r for r in runs.read_metrics(tmp_path / "b") if runs.is_step_record(r)]
     assert [r["step"] for r in logged] == list(range(1, 31))  # each step once
