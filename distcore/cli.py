@@ -113,7 +113,10 @@ def add_train_flags(p):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = Parser(prog="python -m distcore", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"distcore {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parser.commands = sub.choices  # name -> the command's parser
 

@@ -105,7 +105,10 @@ class Task:
 
     def export_model(self):
         """The Keras model `distcore.export` writes."""
-        raise DistcoreError(f"the task {self.name!r} has no model to export.")
+        raise DistcoreError(
+            f"the task {self.name!r} has no model to export: give its class an export_model() method that "
+            "returns the Keras model to write (docs/tasks.md)."
+        )
 
     def reference(self) -> str:
         """How config.json names the task, so another process rebuilds it (`from_config`)."""

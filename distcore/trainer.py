@@ -13,6 +13,8 @@ the app's: they can follow, resume, evaluate and export it.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +89,15 @@ def train(
 
     if run_dir is None:
         raise DistcoreError("run_dir is missing: name a folder for the run, e.g. run_dir='runs/mine'.")
+    known = {field.name for field in dataclasses.fields(TrainConfig)} - {"devices", "task", "data"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        close = [m for name in unknown for m in difflib.get_close_matches(name, known, n=1)]
+        raise DistcoreError(
+            f"train() has no setting {', '.join(unknown)}"
+            + (f" (did you mean {', '.join(close)}?)" if close else "")
+            + f": the settings are TrainConfig's fields, {', '.join(sorted(known))}."
+        )
     task = tasks.coerce(task)
     names = devices_lib.resolve(replicas=devices) if isinstance(devices, int) else devices_lib.resolve(devices=devices)
     if resume:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import ROOT, cpus
-from distcore import cli as distcore_cli, cluster, data, devices, runs, stopping
+from distcore import __version__ as distcore_version, cli as distcore_cli, cluster, data, devices, runs, stopping
 from distcore.config import TrainConfig
 
 SUBCOMMANDS = ["devices", "split", "planner", "train", "evaluate", "loss-check"]
@@ -37,6 +37,7 @@ def test_help_for_every_subcommand():
         assert (command in out) == (command != "planner")
     for command in SUBCOMMANDS:
         assert "usage: python -m distcore " + command in cli(command, "--help", check=True).stdout
+    assert cli("--version", check=True).stdout == f"distcore {distcore_version}\n"
 
 
 @pytest.mark.slow

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+import distcore
+
 pytestmark = pytest.mark.slow  # each test starts TensorFlow processes
 
 NOTEBOOK = """
@@ -75,3 +77,9 @@ def test_the_cli_trains_the_gan_with_both_losses_in_its_records(tmp_path):
     steps = [r for r in records if "d_loss" in r and "examples" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4] and all("g_loss" in r for r in steps)
     assert "remapper failed" not in done.stderr  # the run's log shows no grappler error
+
+
+def test_an_unknown_setting_is_named_with_the_ones_there_are(tmp_path):
+    with pytest.raises(distcore.DistcoreError, match=r"no setting max_step \(did you mean max_steps\?\): the settings"):
+        distcore.train("classifier", None, tmp_path / "run", devices=1, max_step=3)
+    assert not (tmp_path / "run").exists()
