@@ -46,6 +46,35 @@ def without_node_names(text: str) -> str:
     return NODE_NAME.sub("", text)
 
 
+def error_line(err: BaseException) -> str:
+    """An error in one line for people. A TensorFlow op error that a tf.function raised opens with
+    "Graph execution error:" and the Python stack that built the op; its reason comes after them.
+    An error a step's code raised while it was traced opens with autograph's "in user code:" and
+    that code's stack; a Keras layer's, with "Exception encountered when calling": the reason
+    comes after them too."""
+    if isinstance(err, DistcoreError):
+        return str(err)
+    # The detail keeps node names and Keras's bold type (ANSI escapes): the line does not.
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", without_node_names(line)).strip() for line in str(err).splitlines()]
+    kind, at = type(err).__name__, 0
+    if lines and lines[0] == "in user code:":  # autograph's: the code's stack, then the error it raised
+        raised = [i for i, line in enumerate(lines) if re.match(r"[A-Za-z_][\w.]*(Error|Exception): ", line)]
+        if raised:
+            at = raised[-1]
+            kind, lines[at] = lines[at].split(": ", 1)
+    if lines[at:] and lines[at].startswith("Exception encountered when calling"):  # Keras's: the reason follows
+        reason = next((line for line in lines[at + 1 :] if line and not line.startswith("Arguments received")), "")
+        return f"{kind}: {reason or lines[at]}"
+    if at:
+        return f"{kind}: {lines[at]}"
+    reasons = [
+        line
+        for line in lines
+        if line and line != "Graph execution error:" and not line.startswith(("Detected at node", 'File "'))
+    ]
+    return f"{type(err).__name__}: {(reasons or [''])[0]}".rstrip(": ")
+
+
 _NAME = re.compile(r"^\s*/?(?:device:)?(cpu|gpu):(\d+)\s*$", re.IGNORECASE)
 
 

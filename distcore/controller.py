@@ -31,7 +31,7 @@ from . import (
     sysmetrics,
     tasks,
 )
-from .config import DistcoreError, TrainConfig, data_folder, without_node_names
+from .config import DistcoreError, TrainConfig, data_folder, error_line as failure_message
 from .loop import SUM, StepRunner
 from .stopping import StopFlag
 
@@ -767,20 +767,6 @@ def remaining_test_passes(config: TrainConfig, step: int, total: int) -> int:
     count = multiples(epoch) + (multiples(every) - multiples(math.lcm(every, epoch)) if every else 0)
     last_counted = total % epoch == 0 or (every and total % every == 0)
     return count + (0 if last_counted or total <= step else 1)
-
-
-def failure_message(err: BaseException) -> str:
-    """One line for people. A TensorFlow op error that a tf.function raised opens with "Graph
-    execution error:" and the Python stack that built the op; its reason comes after them."""
-    if isinstance(err, DistcoreError):
-        return str(err)
-    lines = [without_node_names(line).strip() for line in str(err).splitlines()]  # the detail keeps node names
-    reasons = [
-        line
-        for line in lines
-        if line and line != "Graph execution error:" and not line.startswith(("Detected at node", 'File "'))
-    ]
-    return f"{type(err).__name__}: {(reasons or [''])[0]}".rstrip(": ")
 
 
 def _keras_version() -> str:

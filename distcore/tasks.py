@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import DistcoreError
+from .config import DistcoreError, error_line
 
 REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 BUILT_IN_MODELS = ("cnn", "mlp")
@@ -294,7 +294,7 @@ class Classifier(Task):
             out = forward(model, sample, training=False)
         except Exception as err:  # Keras's own message says which shapes disagree
             raise DistcoreError(
-                f"the model cannot take the data's examples of shape {tuple(sample.shape[1:])}: {first_line(err)}"
+                f"the model cannot take the data's examples of shape {tuple(sample.shape[1:])}: {error_line(err)}"
             ) from None
         if len(out.shape) != 2:
             raise DistcoreError(
@@ -322,7 +322,7 @@ class Classifier(Task):
                 text = self.model.to_json()
             except Exception as err:  # a subclassed model without get_config
                 raise DistcoreError(
-                    f"the model cannot be saved as an architecture ({first_line(err)}), so no other process "
+                    f"the model cannot be saved as an architecture ({error_line(err)}), so no other process "
                     "could rebuild it: define its factory in a module and pass it as module:function."
                 ) from None
             (Path(run_dir) / MODEL_FILE).write_text(text)
@@ -351,11 +351,6 @@ def saved_model(run_dir):
         )
     model = keras.models.model_from_json(path.read_text())
     return model
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 # --- the GAN ---------------------------------------------------------------------------------

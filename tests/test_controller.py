@@ -376,6 +376,25 @@ def test_a_failure_message_gives_tensorflows_reason_not_its_stack():
     assert message.startswith("InvalidArgumentError: ") and "the loss went negative" in message
     assert "\n" not in message and "File " not in message
     assert failure_message(DistcoreError("said for people")) == "said for people"
+    # A task's step whose Keras model is given examples of another shape: autograph's "in user code"
+    # and the code's stack, then Keras's heading; the line is Keras's reason.
+    import keras
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+
+    def step(x):
+        return model(x)
+
+    with pytest.raises(ValueError) as raised:
+        tf.function(step)(tf.zeros([2, 28, 28, 1]))
+    assert str(raised.value).startswith("in user code:") and "Exception encountered when calling" in str(raised.value)
+    reason = failure_message(raised.value)
+    assert reason.startswith("ValueError: Invalid input shape for input") and "Expected shape (None, 8)" in reason
+    assert "\n" not in reason and "\x1b" not in reason
+    heading = "Exception encountered when calling Sequential.call().\n\n\x1b[1mInvalid input shape\x1b[0m\n\nArguments"
+    assert failure_message(ValueError(heading)) == "ValueError: Invalid input shape"
+    user = 'in user code:\n\n    File "/home/me/mytask.py", line 12, in train_step  *\n        y = f(x)\n\n'
+    assert failure_message(ValueError(user + "    TypeError: bad operand\n")) == "TypeError: bad operand"
     assert failure_message(OSError("the disk went away")) == "OSError: the disk went away"
     # TensorFlow's internal node name before the reason is left out; status.json's detail keeps it.
     node = (

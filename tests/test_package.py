@@ -157,7 +157,7 @@ def test_help_lists_only_user_commands():
     assert proc.returncode == 0, proc.stderr
     assert listed_commands(proc.stdout) == USER_COMMANDS
     assert "planner" not in proc.stdout and "multi-worker" not in proc.stdout
-    assert proc.stdout.startswith("usage: python -m distcore [-h] COMMAND ...")
+    assert proc.stdout.startswith("usage: python -m distcore [-h] [--version] COMMAND ...")
     split_help = subprocess.run(
         [sys.executable, "-m", "distcore", "split", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
     ).stdout
