@@ -309,7 +309,7 @@ def test_a_model_that_does_not_fit_the_data_is_refused_before_the_run_is_made(tm
     wrong_input = lambda: keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])  # noqa: E731
     for factory, message in (
         (two_outputs, "the model gives 2 outputs but the labels go up to 2"),
-        (wrong_input, "the model cannot take the data's examples of shape (8,)"),
+        (wrong_input, "the model cannot take the data's examples of shape (8,): ValueError: Input 0 with name"),
     ):
         with pytest.raises(distcore.DistcoreError, match=re.escape(message)):
             distcore.train(distcore.Classifier(factory), arrays(), tmp_path / "r", devices=2, global_batch=8)
