@@ -772,7 +772,7 @@ def cmd_evaluate(args) -> int:
     if "note" in result:
         print("note: " + result["note"])
     if args.details and "confusion" in result:
-        print_details(result, runs.read_config(args.run_dir).data)
+        print_details(result, runs.read_config(args.run_dir).get("data") or "fashion-mnist")
     return 0
 
 

@@ -1483,3 +1483,11 @@ def test_the_apps_sigterm_waits_on_for_runs_still_in_their_loop(tmp_path, monkey
     assert "leaving" not in said.split("waiting for them")[0], said  # it waits first
     assert "stopped quick; still finishing their loop of steps: slow; waiting for them" in said
     assert said.rstrip().endswith("they stopped; leaving."), said
+
+
+def test_the_quick_demo_sets_every_field_its_length_depends_on():
+    # A step limit or a checkpoint interval left in the form from an earlier run would cut the demo
+    # short or slow it; tab 1's replicas and batch stay the user's.
+    fields = {forms_field for key, forms_field in forms.TRAIN_FORM if key in train.QUICK_DEMO}
+    assert fields >= {"epochs", "max_steps", "steps_per_loop", "checkpoint_every", "train_examples", "test_examples"}
+    assert train.QUICK_DEMO["max_steps"] == train.QUICK_DEMO["ckpt_every"] == 0

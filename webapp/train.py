@@ -247,13 +247,16 @@ def settings_summary(settings: AppSettings, *form, engine="local") -> str:
         return gr.update(label=f"Training settings: {e}")
 
 
-# Long enough to watch and stop (about 30 s on 2 cores), with an epoch point every few seconds.
+# Long enough to watch and stop (about 30 s on 2 cores), with an epoch point every few seconds;
+# no step limit and checkpoints at epoch ends, whatever the form held before.
 QUICK_DEMO = {
     "task": "classifier",
     "data": "fashion-mnist",
     "model": "cnn",
     "epochs": 10,
+    "max_steps": 0,
     "steps_per_loop": 5,
+    "ckpt_every": 0,
     "train_examples": 16000,
     "test_examples": 1000,
 }
