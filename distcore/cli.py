@@ -543,6 +543,8 @@ def cmd_train(args) -> int:
         changes = {**train_flags(args), "workers": task.workers}
         if args.multi_worker:  # not the saved run's devices times the workers; train_config checks this worker's own
             changes["devices"] = ("cpu:0",)
+        elif args.resume and args.replicas is None and args.devices is None:
+            changes["devices"] = runs.one_process_devices(runs.saved_config(args.run_dir))
         resumed = runs.resume_config(args.run_dir, changes) if args.resume else None
     except DistcoreError as err:
         raise unconnected(err) from None

@@ -112,10 +112,11 @@ def run_row(run_dir) -> dict:
     began = start_time(metrics)
     speed, accuracy = jobs.mean_speed(metrics), final_accuracy(metrics)
     devices = config.get("devices") or []
+    task = config.get("task", "classifier")
     return {
         "name": run_dir.name,
-        "task": config.get("task", "classifier"),
-        "model": config.get("model"),
+        "task": task,
+        "model": config.get("model") if task == "classifier" else None,  # other tasks bring their own
         "devices": ",".join(devices) if isinstance(devices, list) else str(devices),
         "replicas": len(devices) * (config.get("workers") or 1) if isinstance(devices, list) else None,
         "workers": config.get("workers", 1),

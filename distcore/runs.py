@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from . import settings
-from .config import DistcoreError, TrainConfig, UnevenBatch, check_utf8_path
+from .config import MAX_LOGICAL_CPUS, DistcoreError, TrainConfig, UnevenBatch, check_utf8_path
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
@@ -396,6 +396,16 @@ def missing_checkpoint(run_dir, name: str, names: list[str]) -> str:
             "as it saves new ones."
         )
     return text
+
+
+def one_process_devices(saved: TrainConfig) -> tuple[str, ...]:
+    """The devices a run resumes on in one process when none are given: its own, or, for a
+    cluster's run on CPUs, as many logical CPUs as it had replicas (W workers of D devices each),
+    so the resume keeps its replica count (up to MAX_LOGICAL_CPUS)."""
+    if saved.workers <= 1 or not all(d.startswith("cpu:") for d in saved.devices):
+        return saved.devices
+    count = min(saved.workers * len(saved.devices), MAX_LOGICAL_CPUS)
+    return tuple(f"cpu:{i}" for i in range(count))
 
 
 def resume_config(run_dir, overrides: dict | None = None) -> TrainConfig:

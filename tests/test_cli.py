@@ -517,9 +517,10 @@ def test_a_clusters_run_resumes_in_one_process_and_evaluate_says_what_it_restore
     shutil.copytree(finished_run, run_dir)
     saved = runs.read_config(run_dir)
     (run_dir / "config.json").write_text(json.dumps({**saved, "workers": 2, "devices": ["cpu:0"]}))
-    result = cli("train", "--run-dir", str(run_dir), "--resume", "--epochs", "2", "--replicas", "2")
+    result = cli("train", "--run-dir", str(run_dir), "--resume", "--epochs", "2")
     assert result.returncode == 0, result.stderr
     assert runs.read_status(run_dir)["state"] == "finished" and runs.read_config(run_dir)["workers"] == 1
+    assert runs.read_config(run_dir)["devices"] == ["cpu:0", "cpu:1"]  # 2 workers' replicas, kept
     assert runs.list_checkpoints(run_dir) == ["ckpt-10", "ckpt-20"]
 
     newest = next((run_dir / "checkpoints").glob("ckpt-20.data-*"))

@@ -273,6 +273,7 @@ def test_a_gan_run_is_compared_by_its_own_losses_beside_a_classifier(tmp_path):
     rows = {row["name"]: row for row in compare.table(tmp_path)}
     assert (rows["gan"]["task"], rows["gan"]["test_accuracy"], rows["gan"]["steps"]) == ("gan", None, 8)
     assert rows["gan"]["examples_per_sec"] == 500.0 and rows["clf"]["task"] == "classifier"
+    assert (rows["gan"]["model"], rows["clf"]["model"]) == (None, "cnn")  # a GAN's config keeps model's default
     lines = list(csv.DictReader(compare.write_csv(result, tmp_path / "c.csv").open()))
     gan_steps = [r for r in lines if r["run"] == "gan" and r["kind"] == "step"]
     assert len(gan_steps) == 8 and float(gan_steps[0]["d_loss"]) == 0.7 - 1 / 100 and gan_steps[0]["g_loss"]

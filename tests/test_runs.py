@@ -120,6 +120,19 @@ def test_a_resume_whose_checkpoints_folder_is_a_file_says_so(tmp_path):
         runs.resume_config(tmp_path)
 
 
+def test_a_clusters_run_resumed_in_one_process_keeps_its_replica_count():
+    from distcore.config import TrainConfig
+
+    def saved(devices, workers):
+        return TrainConfig(devices=devices, workers=workers, global_batch=96)
+
+    assert runs.one_process_devices(saved(("cpu:0",), 3)) == ("cpu:0", "cpu:1", "cpu:2")
+    assert runs.one_process_devices(saved(("cpu:0", "cpu:1"), 2)) == ("cpu:0", "cpu:1", "cpu:2", "cpu:3")
+    assert runs.one_process_devices(saved(("cpu:3",), 1)) == ("cpu:3",)  # not a cluster's: its own
+    assert runs.one_process_devices(saved(("gpu:0",), 2)) == ("gpu:0",)  # GPUs this host may not have
+    assert len(runs.one_process_devices(saved(("cpu:0",), 24))) == 16  # as many as one process can make
+
+
 def test_truncation_drops_records_of_epochs_the_checkpoint_had_not_closed(tmp_path):
     lines = [{"step": 2, "loss": 1.0}, {"epoch": 1, "step": 2, "train_loss": 1.0}, {"event": "checkpoint", "step": 2}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
