@@ -160,11 +160,19 @@ def make_coordinator(ray, name: str):
 
 
 def fit(
-    ray, argv: list[str], workers: int, run_dir: Path, asked: list[int], nodes: int, max_failures: int, say
+    ray,
+    argv: list[str],
+    workers: int,
+    run_dir: Path,
+    asked: list[int],
+    nodes: int,
+    max_failures: int,
+    say,
+    follow=lambda: None,
 ) -> str | None:
     """Run the W workers to their end, through up to `max_failures` restarts of the worker group;
     the failure's message, or None. A stop request (a signal number put in `asked`) is passed on to
-    the workers; `say` is told of each restart."""
+    the workers; `say` is told of each restart; `follow` is called every 0.2 s while they run."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.tensorflow import TensorflowTrainer
 
@@ -226,6 +234,7 @@ def fit(
         runner.start()
         while runner.is_alive():
             runner.join(0.2)
+            follow()
     finally:
         error = failed[0] if failed else None
         done.set()
@@ -435,13 +444,16 @@ def train(args) -> int:
                 )
             argv = ["train", "--multi-worker"] + cli.forwarded_train_flags(args)
             launched = time.time()
-            failure = fit(ray, argv, workers, Path(args.run_dir), asked, nodes, max_failures, say)
+            records = runs.RecordTail(args.run_dir, since=launched)
+
+            def follow():  # the chief's records, from the run folder (its stdout stays on its node)
+                for record in records.new() if args.json else ():
+                    cli.print_json(record)
+
+            failure = fit(ray, argv, workers, Path(args.run_dir), asked, nodes, max_failures, say, follow)
+            follow()
         finally:
             with contextlib.suppress(Exception):
                 ray.shutdown()
-    if args.json:  # the chief's records, from the run folder (its stdout stays on its node)
-        for record in runs.read_metrics(args.run_dir):
-            if record.get("time", 0) >= launched:
-                cli.print_json(record)
     outcome = cluster.Outcome([], None if failure is None else 0, failure or "", None, asked[0] if asked else None)
     return cli.cluster_outcome(args, workers, outcome, launched)

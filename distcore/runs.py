@@ -591,6 +591,45 @@ def read_metrics(run_dir) -> list[dict]:
     return records
 
 
+class RecordTail:
+    """The records a run's metrics.jsonl gains, as they are written: each `new()` returns the
+    well-formed records on the whole lines added since the last call, those with a time from
+    `since` on. A rewritten file (a resume's roll-back, truncate_metrics) is read again from its
+    start for the lines not given before, so the steps trained again after a restart come again,
+    as they did in the run."""
+
+    def __init__(self, run_dir, since: float):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.since = since
+        self.file, self.offset = None, 0
+        self.given: set[bytes] = set()
+
+    def new(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                stat = os.fstat(f.fileno())
+                if (stat.st_dev, stat.st_ino) != self.file or stat.st_size < self.offset:
+                    self.file, self.offset = (stat.st_dev, stat.st_ino), 0
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next call
+        self.offset += len(whole)
+        out = []
+        for line in whole.splitlines():
+            if line in self.given:
+                continue
+            self.given.add(line)
+            try:
+                record = json.loads(line.decode("utf-8", errors="replace"))
+            except ValueError:
+                continue
+            if well_formed(record) and record.get("time", 0) >= self.since:
+                out.append(record)
+        return out
+
+
 def well_formed(record) -> bool:
     """A metrics record: a JSON object whose fields are of their kinds (METRICS_KINDS). One pass
     over its fields: read_metrics reads every record of a run at each of the app's ticks."""

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,6 +49,14 @@ def ended(process, timeout=240) -> tuple[str, str]:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def reading(process) -> tuple[list[str], list[str]]:
+    """The driver's stdout and stderr lines, read on threads as it writes them."""
+    out: tuple[list[str], list[str]] = ([], [])
+    for stream, lines in zip((process.stdout, process.stderr), out):
+        threading.Thread(target=lambda s=stream, got=lines: [got.append(line) for line in s], daemon=True).start()
+    return out
 
 
 def logged_steps(run) -> list[int]:
@@ -133,12 +142,22 @@ def test_a_local_run_folder_is_refused_on_a_cluster_of_several_nodes(tmp_path, m
 @pytest.mark.slow
 def test_ray_workers_train_as_two_replicas_stop_with_a_checkpoint_and_resume(tmp_path):
     run = tmp_path / "run"
-    process = driver("--run-dir", str(run), *STEADY)
+    process = driver("--run-dir", str(run), *STEADY, "--json")
+    out, err_lines = reading(process)
+
+    def printed_steps():
+        return [r["step"] for r in records("".join(out)) if "loss" in r]
+
     try:
-        assert wait_for(lambda: logged_steps(run) or process.poll() is not None, timeout=180)
+        assert wait_for(lambda: printed_steps() or process.poll() is not None, timeout=180)
+        assert process.poll() is None and printed_steps()[0] == 1  # --json prints as the workers train
         process.send_signal(signal.SIGINT)  # Ctrl-C: Ray Train's own handler would abort with nothing saved
+        process.wait(timeout=120)
     finally:
-        out, err = ended(process, timeout=120)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    err = "".join(err_lines)
     assert process.returncode == 128 + signal.SIGINT, err[-2000:]
     status = runs.read_status(run)
     assert status["state"] == "stopped" and 0 < status["step"] < STEADY_STEPS

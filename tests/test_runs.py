@@ -310,3 +310,20 @@ def test_a_run_folder_that_never_trained_takes_a_new_run_and_one_that_did_does_n
         with pytest.raises(DistcoreError, match="already holds a run"):
             runs.check_new(run_dir)
         (run_dir / trace).unlink()
+
+
+def test_a_record_tail_gives_whole_new_lines_once_and_follows_a_roll_back(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1, "loss": 2.0, "time": 5.0}) + "\n")  # before `since`: not given
+    tail = runs.RecordTail(tmp_path, since=10.0)
+    assert tail.new() == []
+    with path.open("a") as f:
+        f.write(json.dumps({"step": 2, "loss": 1.5, "time": 11.0}) + "\n" + '{"step": 3, "lo')  # a line in writing
+        f.flush()
+        assert tail.new() == [{"step": 2, "loss": 1.5, "time": 11.0}]
+        f.write('ss": 1.2, "time": 12.0}\n')
+    assert tail.new() == [{"step": 3, "loss": 1.2, "time": 12.0}] and tail.new() == []
+    runs.truncate_metrics(tmp_path, step=2)  # a restart rolls back to step 2, and trains step 3 again
+    with path.open("a") as f:
+        f.write(json.dumps({"step": 3, "loss": 1.25, "time": 13.0}) + "\n")
+    assert tail.new() == [{"step": 3, "loss": 1.25, "time": 13.0}]
