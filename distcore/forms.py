@@ -525,7 +525,7 @@ def summary(cfg: TrainConfig, offer: Offer | None = None, engine: str = "local")
     60,000 examples · batch 64 on 2 replicas'; the data is named when it is not the classifier's
     Fashion-MNIST, and Ray when it starts the worker processes."""
     where = (
-        where_trained(cfg, engine)
+        where_trained(cfg.devices, cfg.workers, engine)
         if cfg.workers > 1
         else f"{len(cfg.devices)} replica" + ("s" if len(cfg.devices) != 1 else "")
     )
@@ -539,11 +539,13 @@ def summary(cfg: TrainConfig, offer: Offer | None = None, engine: str = "local")
     )
 
 
-def where_trained(cfg: TrainConfig, engine: str = "local") -> str:
-    """'2 worker processes', '2 worker processes on Ray', or the devices of one process: 'cpu:0, cpu:1'."""
-    if cfg.workers <= 1:
-        return ", ".join(cfg.devices)
-    return f"{cfg.workers} worker processes" + (" on Ray" if engine == "ray" else "")
+def where_trained(devices, workers: int, engine: str = "local", each: bool = False) -> str:
+    """'2 worker processes', '2 worker processes on Ray', or the devices of one process: 'cpu:0, cpu:1'.
+    `each`: a cluster's line also names each worker's devices ('... (cpu:0 each)')."""
+    if workers <= 1:
+        return ", ".join(devices)
+    where = f"{workers} worker processes" + (" on Ray" if engine == "ray" else "")
+    return where + (f" ({', '.join(devices)} each)" if each else "")
 
 
 def form_values(cfg: TrainConfig, offer: Offer | None = None) -> dict:

@@ -177,7 +177,8 @@ def test_the_ray_engine_is_offered_where_ray_is_installed_and_read_without_impor
     cfg = CONFIGS[2]
     assert " · batch 64 on 2 worker processes on Ray · DATA" in forms.summary(cfg, here, "ray")
     assert " · batch 64 on 2 worker processes · DATA" in forms.summary(cfg, here)
-    assert forms.where_trained(CONFIGS[0], "ray") == "cpu:0, cpu:1"
+    assert forms.where_trained(CONFIGS[0].devices, CONFIGS[0].workers, "ray") == "cpu:0, cpu:1"
+    assert forms.where_trained(("cpu:0",), 2, "ray", each=True) == "2 worker processes on Ray (cpu:0 each)"
     # DISTCORE_RAY_ADDRESS: the cluster the app's Ray runs join; Ray found without being imported.
     monkeypatch.setenv("DISTCORE_RAY_ADDRESS", " 10.0.0.1:6379 ")
     offer = forms.make_offer(tmp_path, mnist=False)

@@ -93,21 +93,14 @@ def config_line(c: dict, engine: str = "local") -> str:
     what = {"classifier": f"{c.get('model')} · {trained}", "gan": "GAN (the guide's two models and optimizers)"}
     data = c.get("data") or "fashion-mnist"
     of = "" if (task, data) == ("classifier", "fashion-mnist") else f" of {forms.data_label(data)}"
+    where = forms.where_trained(c.get("devices") or [], int(c.get("workers") or 1), engine, each=True)
     return (
         f"\n\nSetup: {what.get(task, f'task {task} · {trained}')} · global batch {c.get('global_batch')} on "
-        f"{where_trained(c, engine)} · policy {str(c.get('policy')).upper()} · "
+        f"{where} · policy {str(c.get('policy')).upper()} · "
         f"input API {c.get('api')} · {c.get('train_examples')} training / "
         f"{c.get('test_examples')} test examples{of} · seed {c.get('seed')}"
         + (f" · L2 weight {c.get('l2')} (in the loss)" if c.get("l2") else "")
     )
-
-
-def where_trained(c: dict, engine: str = "local") -> str:
-    devices = ", ".join(c.get("devices") or [])
-    workers = int(c.get("workers") or 1)
-    if workers <= 1:
-        return devices
-    return f"{workers} worker processes" + (" on Ray" if engine == "ray" else "") + f" ({devices} each)"
 
 
 def event_line(m: dict) -> str:

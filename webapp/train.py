@@ -46,7 +46,7 @@ def start_run(settings: AppSettings, lock, run_name, *form, engine="local"):
             )
     except DistcoreError as e:
         return error_md(e), gr.skip()
-    where = forms.where_trained(cfg, engine)
+    where = forms.where_trained(cfg.devices, cfg.workers, engine)
     msg = (
         f"Started **{name}** (process {pid}) on {where}; "
         f"{cfg.total_steps()} steps. It runs in the background: you can close this page."
