@@ -47,8 +47,10 @@ class Arrays:
 
     x: one row per example, any shape after the first axis (the same in both splits), numbers;
     uint8 is scaled to [0, 1] as images are, other types are cast to float32 as they are.
-    y: integer class labels 0..classes-1, one per row. Checked here, with a message that says
-    what is wrong (`DistcoreError`)."""
+    y: integer class labels 0..classes-1, one per row (floats that are all whole numbers count as
+    labels); or, for a task of your own such as a regression, real-valued targets: floats, any shape
+    after the first axis, in both splits. Checked here, with a message that says what is wrong
+    (`DistcoreError`)."""
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -80,8 +82,8 @@ class Datasets:
     that depends on nothing else, so a resumed run skips exactly the batches it trained; `test()`
     the unbatched test examples. distcore takes the first `train_examples` and `test_examples`,
     batches them by the global batch, distributes them, and maps them as it does arrays (uint8
-    scaled to [0, 1], the rest cast to float32; labels to int32). `classes`: the number of classes,
-    for the model check (None: not checked)."""
+    scaled to [0, 1], the rest cast to float32; integer y to int32, float y to float32). `classes`:
+    the number of classes, for the model check (None: not checked)."""
 
     train: object
     test: object
@@ -116,7 +118,9 @@ class Datasets:
 
 
 def check_arrays(arrays: dict, where: str = "") -> dict:
-    """The four arrays, checked and as plain numpy arrays (labels as int64)."""
+    """The four arrays, checked and as plain numpy arrays: y as int64 class labels when both
+    splits' y are class numbers (integers, or floats that are all whole numbers from 0 up), else
+    as float32 real values (a regression's targets: floats, in both splits)."""
     at = f" in {where}" if where else ""
     missing = [k for k in KEYS if k not in arrays]
     if missing:
@@ -141,45 +145,84 @@ def check_arrays(arrays: dict, where: str = "") -> dict:
                 f"x_{split}{at} has shape {x.shape}: it must have one row per example, (examples, features...); "
                 f"a single feature per example is x[:, None]."
             )
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]
-        if y.ndim != 1:
-            raise DistcoreError(
-                f"y_{split}{at} has shape {y.shape}: it must hold one integer class label per example, "
-                "(examples,); one-hot labels are y.argmax(axis=1)."
-            )
+        if y.ndim == 0:
+            raise DistcoreError(f"y_{split}{at} is a single number: it must hold one label or target per example.")
         if len(x) == 0:
             raise DistcoreError(f"x_{split}{at} is empty: each split needs at least one example.")
         if len(x) != len(y):
             raise DistcoreError(
                 f"x_{split}{at} has {len(x)} rows but y_{split} has {len(y)}: they must have one label per example."
             )
-        if x.dtype.kind == "f" and not np.isfinite(x).all():
-            raise DistcoreError(f"x_{split}{at} holds NaN or infinite values: every value must be a finite number.")
-        if y.dtype.kind == "f":
-            if not (np.isfinite(y).all() and (y == np.round(y)).all()):
-                raise DistcoreError(f"y_{split}{at} holds values that are not whole numbers: labels are class numbers.")
-        y = y.astype(np.int64)
-        if y.min() < 0:
-            raise DistcoreError(f"y_{split}{at} holds {int(y.min())}: labels must be class numbers from 0 up.")
-        if y.max() >= MAX_CLASSES:
-            raise DistcoreError(f"y_{split}{at} holds {int(y.max())}: labels must be below {MAX_CLASSES}.")
-        out[f"y_{split}"] = y
+        for key, array in ((f"x_{split}", x), (f"y_{split}", y)):
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise DistcoreError(f"{key}{at} holds NaN or infinite values: every value must be a finite number.")
+    ys = [out["y_train"], out["y_test"]]
+    if all(y.dtype.kind == "f" for y in ys) and not all(are_class_numbers(y) for y in ys):
+        for split in ("train", "test"):  # a regression's targets
+            out[f"y_{split}"] = out[f"y_{split}"].astype(np.float32)
+    else:
+        for split in ("train", "test"):
+            out[f"y_{split}"] = checked_labels(out[f"y_{split}"], f"y_{split}{at}")
+        if out["y_test"].max() > out["y_train"].max():
+            raise DistcoreError(
+                f"y_test{at} holds class {int(out['y_test'].max())}, which y_train never has "
+                f"(its labels go up to {int(out['y_train'].max())}): the model could not learn it."
+            )
     if out["x_train"].shape[1:] != out["x_test"].shape[1:]:
         raise DistcoreError(
             f"x_train{at} has examples of shape {out['x_train'].shape[1:]} but x_test of "
             f"{out['x_test'].shape[1:]}: both splits must have the same shape after the first axis."
         )
-    if out["y_test"].max() > out["y_train"].max():
+    if out["y_train"].shape[1:] != out["y_test"].shape[1:]:
         raise DistcoreError(
-            f"y_test{at} holds class {int(out['y_test'].max())}, which y_train never has "
-            f"(its labels go up to {int(out['y_train'].max())}): the model could not learn it."
+            f"y_train{at} has targets of shape {out['y_train'].shape[1:]} but y_test of "
+            f"{out['y_test'].shape[1:]}: both splits must have the same shape after the first axis."
         )
     return out
 
 
+def are_class_numbers(y: np.ndarray) -> bool:
+    """Whole numbers from 0 to MAX_CLASSES - 1, one per example (a column of them too)."""
+    return (y.ndim == 1 or y.shape[1:] == (1,)) and bool(((y == np.round(y)) & (y >= 0) & (y < MAX_CLASSES)).all())
+
+
+def checked_labels(y: np.ndarray, name: str) -> np.ndarray:
+    """One class number per example, as int64; DistcoreError naming what is wrong."""
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise DistcoreError(
+            f"{name} has shape {y.shape}: it must hold one integer class label per example, "
+            "(examples,); one-hot labels are y.argmax(axis=1). Real-valued targets are floats, in both splits."
+        )
+    if y.dtype.kind == "f" and not (y == np.round(y)).all():
+        raise DistcoreError(
+            f"{name} holds values that are not whole numbers, but the other split's labels are class numbers: "
+            "give both splits class numbers, or both real-valued targets (floats)."
+        )
+    y = y.astype(np.int64)
+    if y.min() < 0:
+        raise DistcoreError(
+            f"{name} holds {int(y.min())}: labels must be class numbers from 0 up (real-valued targets: give y "
+            "as floats)."
+        )
+    if y.max() >= MAX_CLASSES:
+        raise DistcoreError(f"{name} holds {int(y.max())}: labels must be below {MAX_CLASSES}.")
+    return y
+
+
+def real_valued(examples) -> bool:
+    """True when the examples' y are real values (a regression's targets), not class labels; for
+    `Datasets`, when the first example's y is a float that is not a class number."""
+    if hasattr(examples, "first"):
+        y = np.asarray(examples.first()[1])
+        return y.dtype.kind == "f" and not are_class_numbers(y)
+    return examples.train_labels.dtype.kind == "f"
+
+
 def to_examples(arrays: dict, source: str) -> Examples:
-    classes = int(arrays["y_train"].max()) + 1
+    labels = arrays["y_train"].dtype.kind != "f"
+    classes = int(arrays["y_train"].max()) + 1 if labels else None
     return Examples(
         arrays["x_train"],
         arrays["y_train"],
@@ -215,13 +258,15 @@ def read_npz(path) -> Examples:
 
 
 def npz_summary(path) -> dict:
-    """Rows, example shape and classes of an .npz, for the app to show (reads and checks it)."""
+    """Rows, example shape, classes and kind of targets of an .npz, for the app to show (reads and
+    checks it)."""
     found = read_npz(path)
     return {
         "train_rows": len(found.train_labels),
         "test_rows": len(found.test_labels),
         "shape": list(found.train_images.shape[1:]),
         "classes": found.classes,
+        "targets": "values" if real_valued(found) else "labels",
     }
 
 

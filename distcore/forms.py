@@ -293,8 +293,7 @@ def data_note(task, data, upload, offer: Offer) -> str:
         return ""
     chosen = pick_data(data, upload, offer)
     facts = data_facts(chosen, offer)
-    if str(task) == "gan" and tuple(facts.get("shape") or ()) not in GAN_SHAPES:
-        raise DistcoreError(gan_shape_message(facts))
+    check_task_data(str(task), facts)
     if chosen not in DATA_NAMES:
         return upload_line(facts)
     if str(task) == "gan":
@@ -304,9 +303,19 @@ def data_note(task, data, upload, offer: Offer) -> str:
     return ""
 
 
-def gan_shape_message(facts: dict) -> str:
-    shape = "×".join(str(n) for n in facts.get("shape") or ())
-    return f"the GAN generates 28×28 grey images and trains on images of that shape; {facts['name']} holds {shape}."
+def check_task_data(task: str, facts: dict) -> None:
+    """Refuse data (its data_facts) that the built-in task cannot train on: the GAN needs 28×28
+    images, the classifier class labels."""
+    if task == "gan" and tuple(facts.get("shape") or ()) not in GAN_SHAPES:
+        shape = "×".join(str(n) for n in facts.get("shape") or ())
+        raise DistcoreError(
+            f"the GAN generates 28×28 grey images and trains on images of that shape; {facts['name']} holds {shape}."
+        )
+    if task == "classifier" and facts.get("targets") == "values":
+        raise DistcoreError(
+            f"{facts['name']} holds real-valued targets, not class labels: the classifier trains on class "
+            "numbers 0..C-1; a regression needs a task of your own (docs/tasks.md)."
+        )
 
 
 def class_names(data: str, classes: int) -> list[str]:
@@ -320,14 +329,15 @@ def upload_line(record: dict) -> str:
     """'**digits.npz**: 1,000 + 200 rows of 8×8, 10 classes'."""
     shape = "×".join(str(n) for n in record.get("shape") or []) or "scalars"
     classes = record.get("classes")
-    return f"**{record.get('name', 'upload')}**: {record['train_rows']:,} + {record['test_rows']:,} rows of {shape}" + (
-        f", {classes} classes" if classes else ""
+    kind = ", real-valued targets" if record.get("targets") == "values" else f", {classes} classes" if classes else ""
+    return (
+        f"**{record.get('name', 'upload')}**: {record['train_rows']:,} + {record['test_rows']:,} rows of {shape}{kind}"
     )
 
 
 def store_upload(path, offer: Offer) -> dict:
     """Check an uploaded .npz and keep it as `<uploads>/<id>.npz`, the id the first 16 hex digits of
-    its SHA-256, beside `<id>.json`: {"upload", "name", "train_rows", "test_rows", "shape", "classes",
+    its SHA-256, beside `<id>.json`: {"upload", "name", "train_rows", "test_rows", "shape", "classes", "targets",
     "bytes"}. A file larger than offer.max_upload_bytes (or unpacking to more than UNPACKED_FACTOR
     times that), or one datasets.read_npz refuses, is a DistcoreError naming the file, and nothing
     is written. The same file uploaded again is the same id and is not copied again."""
@@ -496,8 +506,7 @@ def check_data_fits(cfg: TrainConfig, offer: Offer) -> None:
                 f"{FIELD_LABELS[field]} ({getattr(cfg, field):,}) must be at most the {rows:,} rows "
                 f"{facts['name']} has."
             )
-    if cfg.task == "gan" and tuple(facts.get("shape") or ()) not in GAN_SHAPES:
-        raise DistcoreError(gan_shape_message(facts))
+    check_task_data(cfg.task, facts)
 
 
 def model_label(cfg: TrainConfig, offer: Offer | None = None) -> str:

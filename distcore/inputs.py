@@ -59,10 +59,11 @@ def normalize(images, labels):
     return images[..., tf.newaxis], tf.cast(labels, tf.int32)
 
 
-def scale_and_cast(x, labels):
-    """A user's arrays: uint8 scaled to [0, 1] as images are, anything else cast to float32 as it is."""
+def scale_and_cast(x, y):
+    """A user's arrays: uint8 scaled to [0, 1] as images are, anything else cast to float32 as it is;
+    class labels (integers) to int32, real-valued targets (floats) to float32."""
     x = tf.cast(x, tf.float32) * (1.0 / 255.0) if x.dtype == tf.uint8 else tf.cast(x, tf.float32)
-    return x, tf.cast(labels, tf.int32)
+    return x, tf.cast(y, tf.int32 if tf.as_dtype(y.dtype).is_integer else tf.float32)
 
 
 def transform_for(examples):

@@ -249,6 +249,7 @@ class Classifier(Task):
         from .model import forward
 
         images, labels = batch
+        labels = tf.cast(labels, tf.int32)  # a Datasets pipeline's float labels too
         with tf.GradientTape() as tape:
             logits = forward(self.model, images, training=True)
             loss = self.compute_loss(labels, logits, ctx.global_batch)
@@ -258,9 +259,12 @@ class Classifier(Task):
         return {"loss": loss}
 
     def test_step(self, batch, ctx) -> None:
+        import tensorflow as tf
+
         from .model import forward
 
         images, labels = batch
+        labels = tf.cast(labels, tf.int32)
         logits = forward(self.model, images, training=False)
         self.test_loss.update_state(self.loss_object(labels, logits))
         self.test_accuracy.update_state(labels, logits)
@@ -284,8 +288,17 @@ class Classifier(Task):
         return {"model": self.model, "optimizer": self.optimizer, **accuracy}
 
     def check_data(self, examples) -> None:
-        """The model must take the data's rows and give one logit per class."""
+        """The data's y must be class labels, and the model must take its rows and give one logit
+        per class."""
+        from .datasets import real_valued
         from .model import forward
+
+        if real_valued(examples):
+            raise DistcoreError(
+                "the data's y are real values, not class labels: a classifier trains on class numbers "
+                "0..C-1 (one-hot labels are y.argmax(axis=1)); a regression needs a task of your own "
+                "(docs/tasks.md, Your own step)."
+            )
 
         model = self.make_model()
         first = examples.first()[0] if hasattr(examples, "first") else examples.train_images[:1]

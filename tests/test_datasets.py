@@ -82,8 +82,36 @@ def test_good_arrays_keep_their_shape_and_count_their_classes(tmp_path):
     np.savez(path, **good(classes=3))
     examples = datasets.read_npz(path)
     assert examples.train_images.shape == (40, 8) and examples.classes == 3 and not examples.channel
-    assert datasets.npz_summary(path) == {"train_rows": 40, "test_rows": 10, "shape": [8], "classes": 3}
+    summary = {"train_rows": 40, "test_rows": 10, "shape": [8], "classes": 3, "targets": "labels"}
+    assert datasets.npz_summary(path) == summary
     assert datasets.Arrays(*good().values()).y_train.dtype == np.int64  # labels as integers
+    whole = datasets.Arrays(*with_(y_train=np.arange(40.0) % 3, y_test=np.arange(10.0) % 3).values())
+    assert whole.y_train.dtype == np.int64 and whole.examples().classes == 3  # floats of whole numbers: labels
+
+
+def test_float_targets_that_are_not_class_numbers_are_real_values(tmp_path):
+    rng = np.random.default_rng(1)
+    for y_train, y_test in [
+        (rng.normal(size=40), rng.normal(size=10)),  # a regression
+        (rng.normal(size=(40, 2)), rng.normal(size=(10, 2))),  # of two outputs
+        (np.arange(40.0) - 20, np.arange(10.0)),  # whole numbers, some below 0: not class numbers
+        (rng.normal(size=40), np.arange(10.0)),  # test targets that happen to be whole
+    ]:
+        arrays = datasets.Arrays(*with_(y_train=y_train, y_test=y_test).values())
+        assert arrays.y_train.dtype == arrays.y_test.dtype == np.float32
+        assert arrays.examples().classes is None and datasets.real_valued(arrays.examples())
+        np.testing.assert_allclose(arrays.y_train, y_train.astype(np.float32))
+    path = tmp_path / "targets.npz"
+    np.savez(path, **with_(y_train=rng.normal(size=40), y_test=rng.normal(size=10)))
+    assert datasets.npz_summary(path)["targets"] == "values" and datasets.npz_summary(path)["classes"] is None
+    bad = {
+        "an integer split beside real values": (with_(y_train=rng.normal(size=40)), "y_train holds values that are"),
+        "shapes that differ": (with_(y_train=rng.normal(size=40), y_test=rng.normal(size=(10, 2))), "targets of"),
+        "infinity": (with_(y_train=np.full(40, np.inf), y_test=rng.normal(size=10)), "y_train holds NaN or infinite"),
+    }
+    for arrays, message in bad.values():
+        with pytest.raises(DistcoreError, match=re.escape(message)):
+            datasets.check_arrays(arrays)
 
 
 def test_a_config_names_its_data_and_refuses_file_sharding_of_arrays(tmp_path):

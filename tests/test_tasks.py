@@ -159,6 +159,59 @@ def test_a_users_own_step_gets_the_outer_loop_checkpoints_and_records(tmp_path):
     assert json.loads((tmp_path / "own" / "config.json").read_text())["task"] == "test_tasks:Doubled"
 
 
+class Regression(distcore.Task):
+    """A user's step of real-valued targets: y reaches it as float32, of the arrays' shape."""
+
+    metrics = ("mse",)
+
+    def build(self, config):
+        self.model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+        self.optimizer = keras.optimizers.SGD(0.1)
+        self.optimizer.build(self.model.trainable_variables)
+        self.test_mse = keras.metrics.Mean()
+
+    def train_step(self, batch, ctx):
+        x, y = batch
+        assert y.dtype == tf.float32 and y.shape[1:] == (2,), y  # checked as the step is traced
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(self.model(x, training=True) - y)) / tf.cast(ctx.global_batch, tf.float32)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        return {"mse": loss}
+
+    def test_step(self, batch, ctx):
+        x, y = batch
+        self.test_mse.update_state(tf.reduce_sum(tf.square(self.model(x) - y), axis=1))
+
+    def reset_test(self):
+        self.test_mse.reset_state()
+
+    def test_results(self):
+        return {"test_mse": float(self.test_mse.result())}
+
+    def checkpoint_items(self):
+        return {"model": self.model, "optimizer": self.optimizer}
+
+
+def test_real_valued_targets_train_a_users_step_the_same_on_1_and_2_replicas_and_not_the_classifier(tmp_path):
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(8, 2))
+    x, xt = rng.normal(size=(480, 8)), rng.normal(size=(96, 8))
+    data = distcore.Arrays(x, x @ w + 0.1 * rng.normal(size=(480, 2)), xt, xt @ w)
+    losses = {}
+    for r in (1, 2):
+        run = distcore.train(Regression(), data, tmp_path / f"r{r}", devices=r, global_batch=48, epochs=3, seed=0)
+        losses[r] = [s["mse"] for s in step_records(run)]
+        assert run.state == "finished"
+    assert losses[2] == pytest.approx(losses[1], rel=1e-5) and losses[1][-1] < losses[1][0] / 5  # it learned
+    logged = [r for r in run.records if "test_mse" in r][-1]["test_mse"]
+    evaluated = distcore.evaluate(tmp_path / "r2", devices=cpus(1), task=Regression())
+    assert evaluated["mse"] == pytest.approx(logged, rel=1e-5) and logged < 0.5
+    with pytest.raises(distcore.DistcoreError, match="the data's y are real values, not class labels"):
+        distcore.train(distcore.Classifier(make_model), data, tmp_path / "clf", devices=2, global_batch=48)
+    assert not (tmp_path / "clf").exists()
+
+
 USER_MODULE = '''
 import keras
 import tensorflow as tf

@@ -90,6 +90,7 @@ def test_a_checked_upload_is_kept_by_its_content_once_and_trains_from_the_form(t
         "test_rows": 20,
         "shape": [28, 28],
         "classes": 3,
+        "targets": "labels",
         "bytes": source.stat().st_size,
     }
     kept = runs / ".uploads" / f"{key}.npz"
@@ -124,6 +125,18 @@ def test_a_checked_upload_is_kept_by_its_content_once_and_trains_from_the_form(t
     with pytest.raises(DistcoreError, match="small.npz holds 8×8"):  # said under the data choice, at once
         forms.data_note("gan", "npz", small, offer)
     assert forms.data_note("classifier", "npz", small, offer).startswith("**small.npz**: 100 + 20 rows of 8×8")
+    # Real-valued targets train a task of one's own; the classifier refuses them, under the choice and at Start.
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "in" / "prices.npz", **{**arrays(), "y_train": rng.normal(size=100), "y_test": rng.random(20)})
+    prices = forms.store_upload(tmp_path / "in" / "prices.npz", offer)
+    assert (prices["classes"], prices["targets"]) == (None, "values")
+    assert forms.upload_line(prices) == "**prices.npz**: 100 + 20 rows of 28×28, real-valued targets"
+    for refused in (
+        lambda: forms.data_note("classifier", "npz", prices["upload"], offer),
+        lambda: forms.train_config((), *form(data="npz", upload=prices["upload"]), offer=offer),
+    ):
+        with pytest.raises(DistcoreError, match="prices.npz holds real-valued targets, not class labels"):
+            refused()
 
 
 def save_object_array(path):
