@@ -72,7 +72,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    root = runs.ready_root(args.runs_dir)
+    root = runs.existing_root(args.runs_dir)
     action, names = args.action, args.names
     wanted = {"list": (0, 0), "rename": (2, 2), "delete": (1, 1), "notes": (1, 2)}[action]
     if not wanted[0] <= len(names) <= wanted[1]:

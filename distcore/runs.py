@@ -63,6 +63,17 @@ def ready_root(root=None) -> Path:
     return root.resolve()
 
 
+def existing_root(root=None) -> Path:
+    """The runs folder (`root`, else runs_root()) when it exists, for commands that only read or
+    change runs in it: a mistyped folder is a DistcoreError, not a new empty folder."""
+    root = Path(root) if root else runs_root()
+    if not root.is_dir():
+        raise DistcoreError(
+            f"there is no runs folder {root}: name one with --runs-dir or DISTCORE_RUNS_DIR (default ./runs)."
+        )
+    return root.resolve()
+
+
 def check_name(name, what: str = "run name") -> str:
     text = str(name or "").strip()
     if ".." in text or not NAME.match(text):

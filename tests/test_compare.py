@@ -218,8 +218,12 @@ def test_notes(two_runs):
     assert not (two_runs / "one" / "notes.txt").exists()
 
 
-def test_cli_runs_list_rename_delete(two_runs):
+def test_cli_runs_list_rename_delete(two_runs, capsys):
     from distcore import cli
+
+    typo = two_runs.parent / "rnus"
+    assert cli.main(["runs", "list", "--runs-dir", str(typo)]) == 2 and not typo.exists()  # not made
+    assert f"there is no runs folder {typo}" in capsys.readouterr().err
 
     assert cli.main(["runs", "rename", "one", "uno", "--runs-dir", str(two_runs)]) == 0
     assert cli.main(["runs", "delete", "../uno", "--runs-dir", str(two_runs)]) == 2
