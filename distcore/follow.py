@@ -199,6 +199,18 @@ def message_is_stale(message: str | None, name: str | None, record: dict | None)
     return not run_actions(record)["stop"] and bool(record) and record["state"] not in runs.ACTIVE_STATES
 
 
+def more_epochs_of(run_dir: Path, more: int = MORE_EPOCHS):
+    """What "Train more" resumes the run in `run_dir` with (more_epochs_config); DistcoreError for
+    a run that has not finished: one that ended early continues with Resume, as it was set up."""
+    state = jobs.run_state(run_dir)
+    if state != "finished":
+        raise DistcoreError(
+            f"run {run_dir.name} is {state}, not finished: Train {more} more epoch adds epochs to a finished "
+            "run; one that ended early continues with Resume."
+        )
+    return more_epochs_config(runs.saved_config(run_dir), more)
+
+
 def more_epochs_config(saved, more: int = MORE_EPOCHS):
     """What "Train more" resumes a finished run with: its own settings, `more` epochs on, and a
     step limit (if it had one) raised by as many epochs' steps, so the limit does not end it again."""

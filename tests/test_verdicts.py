@@ -1,7 +1,11 @@
 """distcore.verdicts and the buttons' rule (follow.run_actions): plain values, no TensorFlow, no Gradio."""
 
-from distcore import follow, verdicts
-from distcore.config import TrainConfig
+import json
+
+import pytest
+
+from distcore import follow, runs, verdicts
+from distcore.config import DistcoreError, TrainConfig
 
 # loss_check's answer for 4 examples of a batch of 6 on 3 replicas (2 + 2 + 0).
 PARTIAL = {
@@ -80,6 +84,18 @@ def test_buttons_follow_the_run():
     cfg = TrainConfig(devices=("cpu:0",), global_batch=64, train_examples=640, epochs=1, max_steps=10)
     more = follow.more_epochs_config(cfg)
     assert (more.epochs, more.max_steps) == (2, 20)
+
+
+def test_train_more_is_for_a_finished_run_only(tmp_path):
+    # The page hides the button for a stopped run; its API endpoint refuses it too, not resume it with more epochs.
+    run_dir = tmp_path / "r1"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(TrainConfig(devices=("cpu:0",), epochs=2).to_dict()))
+    runs.write_status(run_dir, {"state": "stopped", "step": 5})
+    with pytest.raises(DistcoreError, match="run r1 is stopped, not finished: Train 1 more epoch adds epochs"):
+        follow.more_epochs_of(run_dir)
+    runs.write_status(run_dir, {"state": "finished", "step": 1876})
+    assert follow.more_epochs_of(run_dir).epochs == 3
 
 
 def test_the_answer_to_start_or_stop_goes_once_the_run_has_ended():

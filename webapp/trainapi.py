@@ -8,7 +8,7 @@ import functools
 
 import gradio as gr
 
-from distcore import follow, forms, jobs, runs
+from distcore import follow, forms, jobs
 from distcore.config import DistcoreError
 
 from . import train, watch  # (train's functions are read at call time: it imports this module)
@@ -106,7 +106,7 @@ def train_more(settings: AppSettings, lock, mine, run):
     engine the app last launched it on (Ray where it still is installed, else local processes)."""
     try:
         run_dir = watch.run_dir_of(settings, run)
-        cfg = follow.more_epochs_config(runs.saved_config(run_dir))
+        cfg = follow.more_epochs_of(run_dir)
     except (DistcoreError, ValueError) as e:
         return error_md(e), gr.skip(), answer(error_md(e), run=run), mine
     count = len(cfg.devices) if not settings.gpus else None
