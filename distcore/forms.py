@@ -726,13 +726,14 @@ def check_same_setup(name: str, saved: TrainConfig, wanted: TrainConfig) -> None
     differ = wanted.resume_conflicts(saved)
     if differ:
         named = ", ".join(
-            f"{FIELD_LABELS.get(k, k)} (the run: {shown(k, getattr(saved, k))}, Setup: {shown(k, getattr(wanted, k))})"
+            f"{FIELD_LABELS.get(k, k)} (the run: {shown(k, getattr(saved, k))}, "
+            f"the form: {shown(k, getattr(wanted, k))})"
             for k in differ
         )
         raise DistcoreError(
-            f"Setup differs from run {name} in {named}, and its checkpoints were trained with the run's "
-            f"values. To resume {name}, set these back in 1 · Setup & split (the button "
-            "'Use its settings in Setup' copies the run's); to train with them, start a new run. A resume "
+            f"The training form differs from run {name} in {named}, and its checkpoints were trained with the "
+            f"run's values. To resume {name}, set these back in the form (the button "
+            "'Use the followed run's settings' copies the run's); to train with them, start a new run. A resume "
             f"may change only {listed([FIELD_LABELS[k] for k in FORM_RESUMABLE])}."
         )
 

@@ -1014,9 +1014,12 @@ def test_resume_takes_the_setup_forms_resumable_fields_and_refuses_the_others(se
     )
     assert is_error(text) and launches == []
     assert (
-        ("Setup differs from run ra in model (the run: cnn, Setup: mlp), global batch size (the run: 64, Setup: 128)")
+        (
+            "The training form differs from run ra in model (the run: cnn, the form: mlp), global batch size "
+            "(the run: 64, the form: 128)"
+        )
         in text
-        and "set these back in 1 · Setup &amp; split" in text
+        and "set these back in the form (the button 'Use the followed run's settings'" in text
         and "start a new run" in text
     )
     text, _ = train.resume_run(

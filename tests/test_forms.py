@@ -275,7 +275,8 @@ def test_a_resume_may_change_only_the_resumable_fields_and_says_which_in_the_for
     with pytest.raises(DistcoreError) as refused:
         forms.resumed_config("ra", saved, form.replace(model="mlp", global_batch=128))
     assert str(refused.value).startswith(
-        "Setup differs from run ra in model (the run: cnn, Setup: mlp), global batch size (the run: 64, Setup: 128)"
+        "The training form differs from run ra in model (the run: cnn, the form: mlp), global batch size "
+        "(the run: 64, the form: 128)"
     )
     assert str(refused.value).endswith(
         "A resume may change only epochs, max steps, steps per loop, checkpoint interval, checkpoints kept, "
