@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import devices as devmod, settings as env
-from .config import REFERENCE, TEST_SIZE, TRAIN_SIZE, DistcoreError, SplitConfig, TrainConfig, check_int
+from .config import MODELS, REFERENCE, TEST_SIZE, TRAIN_SIZE, DistcoreError, SplitConfig, TrainConfig, check_int
 
 MAX_WORKERS = 8  # worker processes the app offers on one machine
 
@@ -94,7 +94,7 @@ UPLOAD = "npz"  # the data choice of an uploaded .npz; the form's `upload` field
 UPLOADS_FOLDER = ".uploads"  # under the runs folder: no run takes a name that starts with "."
 UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")  # the first 16 hex digits of the file's SHA-256
 UNPACKED_FACTOR = 10  # an upload's arrays unpack to at most this many times the upload limit
-GAN_SHAPES = ((28, 28), (28, 28, 1))  # the images the GAN's discriminator takes
+IMAGE_SHAPES = ((28, 28), (28, 28, 1))  # the images the GAN and the built-in CNN and MLP take
 # How a run on 2+ worker processes starts them: the local launcher (`cluster`) or Ray Train.
 ENGINES = (("local processes", "local"), ("Ray", "ray"))
 RAY_MISSING = (
@@ -303,13 +303,19 @@ def data_note(task, data, upload, offer: Offer) -> str:
     return ""
 
 
-def check_task_data(task: str, facts: dict) -> None:
-    """Refuse data (its data_facts) that the built-in task cannot train on: the GAN needs 28×28
-    images, the classifier class labels."""
-    if task == "gan" and tuple(facts.get("shape") or ()) not in GAN_SHAPES:
-        shape = "×".join(str(n) for n in facts.get("shape") or ())
+def check_task_data(task: str, facts: dict, model: str | None = None) -> None:
+    """Refuse data (its data_facts) that the built-in task cannot train on: the GAN and the
+    built-in models (`model`) need 28×28 images, the classifier class labels."""
+    shape = "×".join(str(n) for n in facts.get("shape") or ())
+    images = tuple(facts.get("shape") or ()) in IMAGE_SHAPES
+    if task == "gan" and not images:
         raise DistcoreError(
             f"the GAN generates 28×28 grey images and trains on images of that shape; {facts['name']} holds {shape}."
+        )
+    if task == "classifier" and model in MODELS and not images:
+        raise DistcoreError(
+            f"the {model.upper()} takes 28×28 grey images; {facts['name']} holds {shape}: train it with a model "
+            "of your own that takes them (DISTCORE_MODELS)."
         )
     if task == "classifier" and facts.get("targets") == "values":
         raise DistcoreError(
@@ -506,7 +512,7 @@ def check_data_fits(cfg: TrainConfig, offer: Offer) -> None:
                 f"{FIELD_LABELS[field]} ({getattr(cfg, field):,}) must be at most the {rows:,} rows "
                 f"{facts['name']} has."
             )
-    check_task_data(cfg.task, facts)
+    check_task_data(cfg.task, facts, cfg.model)
 
 
 def model_label(cfg: TrainConfig, offer: Offer | None = None) -> str:

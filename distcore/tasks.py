@@ -188,6 +188,12 @@ class Classifier(Task):
                     "factory as module:function."
                 )
             self.source = text
+        elif is_keras_model(model):  # callable too: called with no inputs, Keras's own TypeError
+            raise DistcoreError(
+                "model must be a function that builds the model, not a model already built: distcore builds it "
+                "inside the strategy's scope (and again on another device set), e.g. Classifier(make_model) "
+                "with def make_model(): return keras.Sequential([...])."
+            )
         elif callable(model):
             self.source = model
         else:
@@ -305,10 +311,10 @@ class Classifier(Task):
         sample = examples.transform_x(first)
         try:
             out = forward(model, sample, training=False)
-        except Exception as err:  # Keras's own message says which shapes disagree
-            raise DistcoreError(
-                f"the model cannot take the data's examples of shape {tuple(sample.shape[1:])}: {error_line(err)}"
-            ) from None
+        except Exception as err:  # the shape the model takes, where it declares one, else Keras's reason
+            given, wanted = tuple(sample.shape[1:]), input_shape(model)
+            why = f"it takes examples of shape {wanted}." if wanted and wanted != given else error_line(err)
+            raise DistcoreError(f"the model cannot take the data's examples of shape {given}: {why}") from None
         if len(out.shape) != 2:
             raise DistcoreError(
                 f"the model's output has shape {tuple(out.shape)}: a classifier's must be (batch, classes)."
@@ -339,6 +345,24 @@ class Classifier(Task):
                     "could rebuild it: define its factory in a module and pass it as module:function."
                 ) from None
             (Path(run_dir) / MODEL_FILE).write_text(text)
+
+
+def input_shape(model) -> tuple | None:
+    """The example shape a Keras model declares for its one input (Sequential with an Input, or
+    functional), None where it declares none."""
+    try:
+        (shape,) = [tuple(tensor.shape[1:]) for tensor in model.inputs]
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return shape
+
+
+def is_keras_model(value) -> bool:
+    if "keras" not in sys.modules:  # nothing made with Keras exists yet
+        return False
+    import keras
+
+    return isinstance(value, keras.Model)
 
 
 def check_keras_model(model, source) -> None:

@@ -362,11 +362,17 @@ def test_a_model_that_does_not_fit_the_data_is_refused_before_the_run_is_made(tm
     wrong_input = lambda: keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])  # noqa: E731
     for factory, message in (
         (two_outputs, "the model gives 2 outputs but the labels go up to 2"),
-        (wrong_input, "the model cannot take the data's examples of shape (8,): ValueError: Input 0 with name"),
+        (wrong_input, "the model cannot take the data's examples of shape (8,): it takes examples of shape (5,)."),
+        (lambda: tasks.Classifier("cnn").make_model(), "of shape (8,): it takes examples of shape (28, 28, 1)."),
     ):
         with pytest.raises(distcore.DistcoreError, match=re.escape(message)):
             distcore.train(distcore.Classifier(factory), arrays(), tmp_path / "r", devices=2, global_batch=8)
         assert not (tmp_path / "r").exists()  # nothing written
+
+
+def test_a_model_given_built_instead_of_its_factory_is_refused_with_how_to_pass_it():
+    with pytest.raises(distcore.DistcoreError, match="model must be a function that builds the model, not a model"):
+        distcore.Classifier(make_model())
 
 
 def test_task_references_name_what_another_process_can_import():
@@ -377,3 +383,16 @@ def test_task_references_name_what_another_process_can_import():
         tasks.resolve("__main__:make_task")
     with pytest.raises(distcore.DistcoreError, match="cannot import 'no_such_module'"):
         tasks.resolve("no_such_module:make")
+
+
+@pytest.mark.parametrize(
+    ("doc", "marker", "labels"),
+    [("README.md", "Classifier(make_model)", "y_train"), ("docs/tasks.md", "class Softmax", "y")],
+)
+def test_the_docs_notebook_examples_run_as_written_on_three_classes(doc, marker, labels, tmp_path, monkeypatch):
+    block = next(b for b in re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S) if marker in b)
+    monkeypatch.chdir(tmp_path)  # they write runs/ (and mine.keras) where they run
+    namespace = {"__name__": "__main__"}
+    exec(compile(block, doc, "exec"), namespace)
+    assert np.unique(namespace[labels]).tolist() == [0, 1, 2]  # the 3 classes the 3-output model is for
+    assert runs.read_status(tmp_path / "runs" / ("mine" if doc == "README.md" else "own"))["state"] == "finished"

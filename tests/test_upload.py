@@ -125,6 +125,8 @@ def test_a_checked_upload_is_kept_by_its_content_once_and_trains_from_the_form(t
     with pytest.raises(DistcoreError, match="small.npz holds 8×8"):  # said under the data choice, at once
         forms.data_note("gan", "npz", small, offer)
     assert forms.data_note("classifier", "npz", small, offer).startswith("**small.npz**: 100 + 20 rows of 8×8")
+    with pytest.raises(DistcoreError, match="the MLP takes 28×28 grey images; small.npz holds 8×8: train it with"):
+        forms.train_config((), *form(data="npz", upload=small, model="mlp"), offer=offer)  # at Start, not in the run
     # Real-valued targets train a task of one's own; the classifier refuses them, under the choice and at Start.
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "in" / "prices.npz", **{**arrays(), "y_train": rng.normal(size=100), "y_test": rng.random(20)})
