@@ -26,10 +26,18 @@ from .config import DistcoreError, without_node_names
 class Saver:
     """Saves into `folder`; restores from `read_folder` (the chief's, for other workers)."""
 
-    def __init__(self, checkpoint: tf.train.Checkpoint, folder: Path, read_folder: Path | None = None, keep: int = 0):
+    def __init__(
+        self,
+        checkpoint: tf.train.Checkpoint,
+        folder: Path,
+        read_folder: Path | None = None,
+        keep: int = 0,
+        required: tf.train.Checkpoint | None = None,
+    ):
         """`keep`: how many of the newest checkpoints stay on disk (0: all). The manager deletes
-        older ones as it saves, those of earlier processes of the run too (its state file lists them)."""
-        self.checkpoint = checkpoint
+        older ones as it saves, those of earlier processes of the run too (its state file lists them).
+        `required`: what a checkpoint must hold, when `checkpoint` saves more (see restore)."""
+        self.checkpoint, self.required = checkpoint, required
         self.folder = Path(folder)
         self.read_folder = Path(read_folder or folder)
         self.manager = tf.train.CheckpointManager(
@@ -57,7 +65,9 @@ class Saver:
         """Restore the newest checkpoint that reads back intact; return its name."""
         for leftover in self.read_folder.glob("*_temp*"):
             shutil.rmtree(leftover, ignore_errors=True)  # a save that was killed half-way
-        name = newest_intact(self.read_folder, lambda prefix: restore(self.checkpoint, prefix), on_fallback)
+        name = newest_intact(
+            self.read_folder, lambda prefix: restore(self.checkpoint, prefix, required=self.required), on_fallback
+        )
         self.steps.add(runs.checkpoint_step(name))
         return name
 
@@ -168,9 +178,13 @@ def peer_failure(err: BaseException) -> bool:
     return isinstance(err, PEER_ERRORS) or (isinstance(err, tf.errors.OpError) and any(s in text for s in PEER_SIGNS))
 
 
-def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False) -> None:
+def restore(
+    checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False, required: tf.train.Checkpoint | None = None
+) -> None:
     """Restore `prefix` into `checkpoint`, refusing a damaged or mismatched checkpoint, each
-    called what it is. A peer's failure is raised as TensorFlow raised it (see PEER_ERRORS)."""
+    called what it is. A peer's failure is raised as TensorFlow raised it (see PEER_ERRORS).
+    `required`: the part of `checkpoint` every checkpoint of the run holds; the rest (the states of
+    random layers' generators, which older checkpoints lack) is restored where the checkpoint has it."""
     try:
         verify(prefix)  # reads the files alone: what fails here is the files, not the model
     except (ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # damage varies
@@ -184,7 +198,15 @@ def restore(checkpoint: tf.train.Checkpoint, prefix: Path, partial: bool = False
         status = checkpoint.restore(str(prefix))
         if partial:
             status.expect_partial()
-        status.assert_existing_objects_matched()
+        try:
+            status.assert_existing_objects_matched()
+        except AssertionError:
+            if required is None:
+                raise
+            status.expect_partial()
+            status = required.restore(str(prefix))
+            status.expect_partial()  # (the values of `checkpoint`'s own are read)
+            status.assert_existing_objects_matched()
     except (AssertionError, ValueError, IndexError, KeyError, tf.errors.OpError) as err:  # a mismatch, or a peer
         if status is not None:
             status.expect_partial()  # no second round of "value not found" warnings at exit
@@ -271,7 +293,8 @@ def restored(
             examples, min(config.train_examples, len(examples.train_labels)), config.test_examples
         )
     runner = StepRunner(strategy, config, tasks.from_config(config, run_dir, given=task))
-    restore_all = lambda prefix: restore(runner.checkpoint(), prefix, partial=True)  # noqa: E731
+    checkpoint, required = runner.checkpoint(), runner.checkpoint(random=False)
+    restore_all = lambda prefix: restore(checkpoint, prefix, partial=True, required=required)  # noqa: E731
     if newest:  # "the latest" means the latest that is intact; say so when that is not the newest
         name = newest_intact(Path(run_dir) / "checkpoints", restore_all, notes.append)
         step = runs.checkpoint_step(name)

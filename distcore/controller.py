@@ -261,6 +261,7 @@ class Controller:
             self.write_dir / "checkpoints",
             read_folder=self.run_dir / "checkpoints",
             keep=config.keep_checkpoints,
+            required=self.runner.checkpoint(random=False),
         )
         self.resume, self.resumed_from = resume, None
         if resume:

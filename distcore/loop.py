@@ -82,8 +82,11 @@ class StepRunner:
     def model(self):  # the classifier's model (tests and the loss check read it)
         return self.task.model
 
-    def checkpoint(self) -> tf.train.Checkpoint:
+    def checkpoint(self, random: bool = True) -> tf.train.Checkpoint:
+        """The loop's state and the task's; `random`: with the states of the random layers'
+        generators (Task.random_states), which older checkpoints lack."""
         sums = {f"epoch_{name}_sum": variable for name, variable in self.epoch_sums.items()}
+        states = self.task.random_states() if random else {}
         return tf.train.Checkpoint(
             step=self.step,
             epoch=self.epoch,
@@ -91,6 +94,7 @@ class StepRunner:
             epoch_examples=self.epoch_examples,
             **sums,
             **self.task.checkpoint_items(),
+            **({"random": tf.train.Checkpoint(**states)} if states else {}),
         )
 
     # --- replica context -------------------------------------------------------------

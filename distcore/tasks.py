@@ -97,6 +97,11 @@ class Task:
     def checkpoint_items(self) -> dict:
         raise NotImplementedError
 
+    def random_states(self) -> dict:
+        """{name: variable} of random layers' generators (Dropout's), saved with each checkpoint so
+        a resume draws what the run would have drawn; Keras's tracking leaves them out of the model's."""
+        return {}
+
     def check_data(self, examples) -> None:
         """Refuse data this task cannot train on, with a DistcoreError (before the run is made)."""
 
@@ -293,6 +298,9 @@ class Classifier(Task):
         accuracy = {f"train_accuracy_{v.name}": v for v in self.train_accuracy.variables}
         return {"model": self.model, "optimizer": self.optimizer, **accuracy}
 
+    def random_states(self) -> dict:
+        return seed_states(self.model)
+
     def check_data(self, examples) -> None:
         """The data's y must be class labels, and the model must take its rows and give one logit
         per class."""
@@ -345,6 +353,13 @@ class Classifier(Task):
                     "could rebuild it: define its factory in a module and pass it as module:function."
                 ) from None
             (Path(run_dir) / MODEL_FILE).write_text(text)
+
+
+def seed_states(model) -> dict:
+    """The states of the Keras SeedGenerators in `model` (a Dropout's, ...), in the model's own
+    order: they are among its variables but not in what tf.train.Checkpoint saves of it."""
+    states = [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
+    return {f"seed_{i}": v for i, v in enumerate(states)}
 
 
 def input_shape(model) -> tuple | None:

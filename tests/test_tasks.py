@@ -396,3 +396,36 @@ def test_the_docs_notebook_examples_run_as_written_on_three_classes(doc, marker,
     exec(compile(block, doc, "exec"), namespace)
     assert np.unique(namespace[labels]).tolist() == [0, 1, 2]  # the 3 classes the 3-output model is for
     assert runs.read_status(tmp_path / "runs" / ("mine" if doc == "README.md" else "own"))["state"] == "finished"
+
+
+def dropout_model():
+    return keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dropout(0.3), keras.layers.Dense(3)]
+    )
+
+
+def test_a_model_with_dropout_resumes_exactly_and_a_checkpoint_without_its_generator_still_restores(
+    tmp_path, monkeypatch
+):
+    settings = dict(devices=2, global_batch=32, steps_per_loop=3, seed=5)
+    whole = distcore.train(distcore.Classifier(dropout_model), arrays(), tmp_path / "whole", max_steps=12, **settings)
+    part = distcore.train(distcore.Classifier(dropout_model), arrays(), tmp_path / "part", max_steps=6, **settings)
+    assert runs.list_checkpoints(tmp_path / "part") == ["ckpt-6"]
+    resumed = distcore.train(
+        distcore.Classifier(dropout_model), None, tmp_path / "part", resume=True, max_steps=12, devices=2
+    )
+    losses = lambda run: [r["loss"] for r in step_records(run)]  # noqa: E731
+    assert losses(part)[:6] == losses(whole)[:6]
+    assert losses(resumed) == losses(whole)  # the dropout masks of steps 7-12 too
+    reader = tf.train.load_checkpoint(str(tmp_path / "whole" / "checkpoints" / "ckpt-12"))
+    assert any(name.startswith("random/") for name in reader.get_variable_to_shape_map())
+    # A checkpoint that lacks the generator's state (as distcore wrote before it saved it) still restores.
+    with monkeypatch.context() as old:
+        old.setattr(tasks.Classifier, "random_states", lambda self: {})
+        distcore.train(distcore.Classifier(dropout_model), arrays(), tmp_path / "old", max_steps=6, **settings)
+    evaluated = distcore.evaluate(tmp_path / "old", devices=cpus(1), task=distcore.Classifier(dropout_model))
+    assert evaluated["checkpoint"] == "ckpt-6"
+    again = distcore.train(
+        distcore.Classifier(dropout_model), None, tmp_path / "old", resume=True, max_steps=9, devices=2
+    )
+    assert again.state == "finished" and losses(again)[:6] == losses(whole)[:6]
