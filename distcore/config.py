@@ -36,6 +36,10 @@ MAX_SEED = 2**31 - 1  # training's seeds; loss-check and split take the same
 class DistcoreError(Exception):
     """An error the user caused; the message is for people, not a traceback."""
 
+    # Raised inside a traced function (a check of what a task's step returns), it reaches the
+    # caller as it is: autograph passes such errors through rather than prefix "in user code:".
+    ag_pass_through = True
+
 
 NODE_NAME = re.compile(r"\{\{function_node [^}]*\}\}\s*")
 

@@ -58,7 +58,7 @@ class StepRunner:
         self.strategy = strategy
         self.config = config
         self.task = task if task is not None else tasks.from_config(config)
-        self.names = tuple(self.task.metrics)
+        self.names = tasks.metric_names(self.task)
         # Same initial weights on any device set, and in any thread of a process.
         with inputs.seeded(config.seed), strategy.scope():
             self.task.build(config)
@@ -106,7 +106,7 @@ class StepRunner:
         local = tf.shape(tf.nest.flatten(batch)[0])[0]
         global_batch = tf.distribute.get_replica_context().all_reduce(SUM, local)
         values = self.task.train_step(batch, tasks.StepContext(global_batch, local, step, self.config.seed))
-        return tf.stack([tf.cast(values[name], tf.float32) for name in self.names]), local
+        return tf.stack(tasks.step_values(self.task, values, self.names)), local
 
     def replica_test_step(self, batch, index):
         local = tf.shape(tf.nest.flatten(batch)[0])[0]

@@ -74,10 +74,10 @@ class Task:
     name = "custom"
 
     def build(self, config) -> None:
-        raise NotImplementedError
+        raise self.missing("build(config)", "make the models and optimizers, inside the strategy's scope")
 
     def train_step(self, batch, ctx: StepContext) -> dict:
-        raise NotImplementedError
+        raise self.missing("train_step(batch, ctx)", "train one replica on its piece of the global batch")
 
     def test_step(self, batch, ctx: StepContext) -> None:
         pass
@@ -95,7 +95,10 @@ class Task:
         pass
 
     def checkpoint_items(self) -> dict:
-        raise NotImplementedError
+        raise self.missing("checkpoint_items()", "name what a checkpoint holds, e.g. {'model': ..., 'optimizer': ...}")
+
+    def missing(self, method: str, does: str) -> DistcoreError:
+        return DistcoreError(f"task {type(self).__name__} has no {method} method: define it to {does} (docs/tasks.md).")
 
     def random_states(self) -> dict:
         """{name: variable} of random layers' generators (Dropout's), saved with each checkpoint so
@@ -118,6 +121,53 @@ class Task:
     def reference(self) -> str:
         """How config.json names the task, so another process rebuilds it (`from_config`)."""
         return callable_reference(type(self))
+
+
+def metric_names(task) -> tuple[str, ...]:
+    """The task's `metrics`, checked: a tuple of names, one for each scalar train_step returns."""
+    names = task.metrics
+    if isinstance(names, str) or not isinstance(names, (tuple, list)) or not names:
+        raise DistcoreError(
+            f"task {type(task).__name__}'s metrics ({names!r}) must be a tuple of names, one for each scalar its "
+            "train_step returns, e.g. metrics = ('loss',)."
+        )
+    if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise DistcoreError(f"task {type(task).__name__}'s metrics ({names!r}) must be different names, as text.")
+    return tuple(names)
+
+
+def step_values(task, values, names: tuple[str, ...]) -> list:
+    """What train_step returned, checked as it is traced: one number for each of `names`, this
+    replica's share, as float32."""
+    import tensorflow as tf
+
+    own = type(task).__name__
+    if not isinstance(values, dict):
+        kind = "a tensor" if tf.is_tensor(values) else type(values).__name__
+        raise DistcoreError(
+            f"{own}.train_step returned {kind}: it must return a dict of this replica's share "
+            f"of each metric, {{{', '.join(repr(n) + ': ...' for n in names)}}}."
+        )
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise DistcoreError(
+            f"{own}.train_step returned no {', '.join(map(repr, missing))}: it returns {sorted(map(str, values))}, "
+            f"and its metrics are {names}."
+        )
+    out = []
+    for name in names:
+        try:
+            value = tf.convert_to_tensor(values[name])
+        except (TypeError, ValueError) as err:
+            raise DistcoreError(f"{own}.train_step's {name!r} is not a number ({error_line(err)}).") from None
+        if not (value.dtype.is_floating or value.dtype.is_integer) or value.shape.rank not in (0, None):
+            raise DistcoreError(
+                f"{own}.train_step's {name!r} is a {value.dtype.name} of shape {tuple(value.shape)}: it must be one "
+                "number, this replica's share of the global batch's mean (its sum over its examples divided by "
+                "ctx.global_batch)."
+            )
+        out.append(tf.cast(value, tf.float32))
+    return out
 
 
 def callable_reference(obj) -> str:

@@ -429,3 +429,49 @@ def test_a_model_with_dropout_resumes_exactly_and_a_checkpoint_without_its_gener
         distcore.Classifier(dropout_model), None, tmp_path / "old", resume=True, max_steps=9, devices=2
     )
     assert again.state == "finished" and losses(again)[:6] == losses(whole)[:6]
+
+
+class Odd(Doubled):
+    """A user's step with one mistake, set by `returns`."""
+
+    returns = "dict"
+
+    def train_step(self, batch, ctx):
+        loss = super().train_step(batch, ctx)["mse"]
+        return {
+            "tensor": loss,
+            "none": None,
+            "other name": {"loss": loss},
+            "per example": {"mse": tf.fill([ctx.local], loss)},
+            "text": {"mse": "low"},
+        }[self.returns]
+
+
+@pytest.mark.parametrize(
+    ("returns", "message"),
+    [
+        ("tensor", "Odd.train_step returned a tensor: it must return a dict of this replica's share"),
+        ("none", "Odd.train_step returned NoneType: it must return a dict"),
+        ("other name", "Odd.train_step returned no 'mse': it returns ['loss'], and its metrics are ('mse',)."),
+        ("per example", "Odd.train_step's 'mse' is a float32 of shape (None,): it must be one number"),
+        ("text", "Odd.train_step's 'mse' is a string of shape (): it must be one number"),
+    ],
+)
+def test_a_users_step_that_returns_the_wrong_thing_is_told_what_it_must_return(returns, message, tmp_path):
+    task = Odd()
+    task.returns = returns
+    with pytest.raises(distcore.DistcoreError, match=f"^{re.escape(message)}"):  # no "in user code" first
+        distcore.train(task, arrays(), tmp_path / "odd", devices=2, global_batch=48, max_steps=2)
+
+
+def test_a_task_with_bad_metrics_or_missing_methods_is_told_what_to_define(tmp_path):
+    class Named(Doubled):
+        metrics = "mse"
+
+    class Bare(distcore.Task):
+        pass
+
+    with pytest.raises(distcore.DistcoreError, match=re.escape("Named's metrics ('mse') must be a tuple of names")):
+        distcore.train(Named(), arrays(), tmp_path / "a", devices=2, global_batch=48, max_steps=2)
+    with pytest.raises(distcore.DistcoreError, match=re.escape("task Bare has no build(config) method: define it")):
+        distcore.train(Bare(), arrays(), tmp_path / "b", devices=2, global_batch=48, max_steps=2)
