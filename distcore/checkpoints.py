@@ -84,6 +84,10 @@ def file_error(err: BaseException) -> str:
     return text.rsplit("; ", 1)[-1].strip() or type(err).__name__  # TensorFlow writes "path; reason"
 
 
+class Mismatch(DistcoreError):
+    """A checkpoint that does not fit the model or task it is restored into (not damaged files)."""
+
+
 class Vanished(DistcoreError):
     """A checkpoint deleted while it was read: a run still training prunes its older ones."""
 
@@ -145,6 +149,7 @@ def newest_intact_once(folder: Path, try_restore, on_fallback) -> str:
         problems.append(f"{recorded}: named latest in the checkpoint state file, but its files are gone")
     if not names:
         raise DistcoreError(f"{folder} holds no checkpoint to restore" + (f" ({problems[0]})." if problems else "."))
+    mismatches = 0
     for name in reversed(names):
         try:
             try_restore(folder / name)
@@ -152,10 +157,16 @@ def newest_intact_once(folder: Path, try_restore, on_fallback) -> str:
             raise
         except DistcoreError as err:
             problems.append(f"{name}: {str(err).rstrip('.')}")  # joined with "; ", ended once below
+            mismatches += isinstance(err, Mismatch)
             continue
         if problems:
             on_fallback(f"restored {name}, the newest intact checkpoint; skipped {'; '.join(problems)}.")
         return name
+    if mismatches == len(names):  # intact files, none of which fit: the model or task is not the run's
+        raise Mismatch(
+            f"no checkpoint of the run fits this model or task, so it is not the one the run trained "
+            f"({problems[0]}): give the run's own."
+        )
     raise DistcoreError("no checkpoint could be restored: " + "; ".join(problems) + ".")
 
 
@@ -214,9 +225,7 @@ def restore(
             raise
         if not exists(prefix):  # deleted while read: not the model's fault
             raise Vanished(prefix.name) from None
-        raise DistcoreError(
-            f"checkpoint {prefix.name} cannot be restored into this model ({first_line(err)})."
-        ) from None
+        raise Mismatch(f"checkpoint {prefix.name} cannot be restored into this model ({first_line(err)}).") from None
 
 
 def exists(prefix: Path) -> bool:

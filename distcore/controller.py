@@ -162,8 +162,11 @@ class Controller:
         if isinstance(err, DistcoreError) and self.config.workers > 1 and not hasattr(self, "strategy"):
             err = cluster.peers_wait(err)  # not connected yet
         # Refused before anything changed: put back, so a finished run does not read "failed", or "stopped" at
-        # 938 of 1876, nor, with workers whose flags differ, "failed · 63 / 126" beside a config.json of 63.
-        if resume and (isinstance(err, (KeyboardInterrupt, cluster.FlagsDiffer)) or not self.wrote_config):
+        # 938 of 1876, nor, with workers whose flags differ, "failed · 63 / 126" beside a config.json of 63,
+        # nor "failed" when resumed with a model its checkpoints do not fit.
+        if resume and (
+            isinstance(err, (KeyboardInterrupt, cluster.FlagsDiffer, checkpoints.Mismatch)) or not self.wrote_config
+        ):
             self.put_back()
             return err
         if not self.wrote_config:

@@ -475,3 +475,15 @@ def test_a_task_with_bad_metrics_or_missing_methods_is_told_what_to_define(tmp_p
         distcore.train(Named(), arrays(), tmp_path / "a", devices=2, global_batch=48, max_steps=2)
     with pytest.raises(distcore.DistcoreError, match=re.escape("task Bare has no build(config) method: define it")):
         distcore.train(Bare(), arrays(), tmp_path / "b", devices=2, global_batch=48, max_steps=2)
+
+
+def test_a_resume_with_another_model_is_refused_and_leaves_the_finished_run_as_it_was(tmp_path):
+    run_dir = tmp_path / "mine"
+    distcore.train(distcore.Classifier(make_model), arrays(), run_dir, devices=2, global_batch=32, max_steps=4)
+    status, config = runs.read_status(run_dir), (run_dir / "config.json").read_text()
+    smaller = lambda: keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])  # noqa: E731
+    with pytest.raises(
+        distcore.DistcoreError, match=r"^no checkpoint of the run fits this model or task, so it is not"
+    ):
+        distcore.train(distcore.Classifier(smaller), None, run_dir, resume=True, devices=2, max_steps=8)
+    assert runs.read_status(run_dir) == status and (run_dir / "config.json").read_text() == config
