@@ -7,6 +7,7 @@ pure functions of plain data, no TensorFlow, no Gradio.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 from . import follow, jobs, manage, plots, runs
 from .config import DistcoreError
 
-X_AXES = {"step": "step", "examples": "examples seen", "time": "wall time, s"}
+X_AXES = {"step": "step", "examples": "examples seen", "time": "training time, s"}
 DEFAULT_PICKS = 5  # a tab opened with no pick compares the newest runs, this many
 MAX_PICKS = 12  # more traces than a legend can name
 MAX_POINTS = 2000  # per trace: past it, each point is the mean of a few steps (plots.binned_losses)
@@ -78,23 +79,44 @@ def start_time(metrics: list[dict]) -> float | None:
     return first.get("time") if first else (metrics[0].get("time") if metrics else None)
 
 
-def wall_seconds(metrics: list[dict]) -> float | None:
-    """Seconds spent training: from each start or resume event to the last record of that
-    process, summed (the time between a stop and a resume is not the run's)."""
-    total, began, last = 0.0, None, None
+def segments(metrics: list[dict]) -> list[tuple[float, float]]:
+    """(first, last) time of each process that trained the run: from its start or resume event
+    to its last record. The time between a stop and a resume (or a finish and "train more") is
+    in none of them."""
+    out: list[list[float]] = []
     for m in metrics:
         t = m.get("time")
-        if t is None:
+        if not isinstance(t, (int, float)):
             continue
         if m.get("event") in ("start", "resume"):
-            if began is not None and last is not None:
-                total += last - began
-            began = last = t
-        elif began is not None:
-            last = t
-    if began is not None and last is not None:
-        total += last - began
-    return round(total, 1) if began is not None else None
+            out.append([t, t])
+        elif out:
+            out[-1][1] = max(out[-1][1], t)
+    return [(a, b) for a, b in out]
+
+
+def wall_seconds(metrics: list[dict]) -> float | None:
+    """Seconds spent training: each process's time (segments), summed."""
+    spans = segments(metrics)
+    return round(sum(b - a for a, b in spans), 1) if spans else None
+
+
+def training_clock(metrics: list[dict]):
+    """A function from a record's time to seconds of training before it (the x of the "time"
+    axis): each process's time counts, the idle time between processes does not. With no start
+    event, seconds since the first record."""
+    spans = segments(metrics)
+    if not spans:
+        first = next((m["time"] for m in metrics if isinstance(m.get("time"), (int, float))), 0.0)
+        return lambda t: round(t - first, 3)
+    starts = [a for a, _ in spans]
+    before = [sum(b - a for a, b in spans[:i]) for i in range(len(spans))]
+
+    def clock(t: float) -> float:
+        i = max(bisect.bisect_right(starts, t) - 1, 0)
+        return round(before[i] + t - starts[i], 3)
+
+    return clock
 
 
 def final_accuracy(metrics: list[dict]) -> float | None:
@@ -153,13 +175,12 @@ def picked_dirs(runs_root, picks) -> list[Path]:
 
 def loss_series(metrics: list[dict], x_axis: str = "step", weight: float = 0.0, key: str = "loss") -> dict:
     """A step scalar (the training loss; `key` names another, as the GAN's d_loss) against step,
-    examples seen or wall time (seconds since the run first started), raw and smoothed; past
+    examples seen or seconds of training (training_clock), raw and smoothed; past
     MAX_POINTS steps each point is the mean of a few. Empty for a run whose steps lack it."""
     check_x_axis(x_axis)
     steps = [m for m in plots.step_records(metrics) if isinstance(m.get(key), (int, float))]
-    began = start_time(metrics) or 0.0
     seen, xs = 0, []
-    times = step_times(steps, began)
+    times = step_times(steps, metrics)
     for m, t in zip(steps, times):
         seen += m.get("examples", 0)
         xs.append({"step": m["step"], "examples": seen, "time": t}[x_axis])
@@ -175,20 +196,21 @@ def loss_series(metrics: list[dict], x_axis: str = "step", weight: float = 0.0, 
     return {"x": xs, "raw": raw, "smoothed": smoothed, "per_point": k}
 
 
-def step_times(steps: list[dict], began: float) -> list[float]:
-    """Seconds since `began` of each step. A loop's records are written together, at its end:
-    its steps are spread evenly over the loop's time (from the loop before it), not drawn as one
-    vertical jump. A process's first loop is one step (Controller.steps_to_boundary), so the
-    pause before a resume is never spread over steps."""
+def step_times(steps: list[dict], metrics: list[dict]) -> list[float]:
+    """Seconds of training before each step (training_clock). A loop's records are written
+    together, at its end: its steps are spread evenly over the loop's time (from the loop before
+    it, or from its process's start), not drawn as one vertical jump."""
+    clock, starts = training_clock(metrics), [a for a, _ in segments(metrics)]
     out, i = [], 0
-    previous = began
+    previous = starts[0] if starts else steps[0].get("time", 0.0) if steps else 0.0
     while i < len(steps):
         t = steps[i].get("time", previous)
         j = i
         while j < len(steps) and steps[j].get("time", previous) == t:
             j += 1
         n = j - i
-        out += [round(previous + (t - previous) * (k + 1) / n - began, 3) for k in range(n)]
+        previous = max([previous] + [a for a in starts if a <= t])  # a new process starts its own clock
+        out += [clock(previous + (t - previous) * (k + 1) / n) for k in range(n)]
         previous, i = t, j
     return out
 
@@ -213,19 +235,25 @@ def scalar_series(metrics: list[dict], x_axis: str, weight: float) -> dict:
 
 
 def speed_series(metrics: list[dict]) -> dict:
-    """examples/s of each timed loop, against seconds since the run first started (a loop's
-    records share its speed: one point a loop). A resume's time holds None, so the line breaks
-    over the time no process trained rather than join its two sides."""
-    began = start_time(metrics) or 0.0
-    points = {}
+    """examples/s of each timed loop, against seconds of training (training_clock; a loop's
+    records share its speed: one point a loop). A resume holds None, so the line breaks where
+    another process took over rather than join its two sides."""
+    clock = training_clock(metrics)
+    xs, ys = [], []
     for m in metrics:
-        if m.get("event") == "resume" and points:
-            points[round(m.get("time", began) - began, 3)] = None
+        if m.get("event") == "resume" and ys and ys[-1] is not None:
+            xs.append(clock(m.get("time", 0.0)))
+            ys.append(None)
         elif runs.is_step_record(m) and m.get("examples_per_sec"):
-            points[round(m.get("time", began) - began, 3)] = m["examples_per_sec"]
-    if points and list(points.values())[-1] is None:  # resumed, not timed yet: nothing to break
-        points.popitem()
-    return {"x": list(points), "y": list(points.values())}
+            x = clock(m.get("time", 0.0))
+            if xs and xs[-1] == x and ys[-1] is not None:  # the loop's other records
+                continue
+            xs.append(x)
+            ys.append(m["examples_per_sec"])
+    if ys and ys[-1] is None:  # resumed, not timed yet: nothing to break
+        xs.pop()
+        ys.pop()
+    return {"x": xs, "y": ys}
 
 
 def comparison(runs_root, picks, x_axis: str = "step", weight: float = 0.0) -> dict:

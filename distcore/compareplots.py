@@ -114,7 +114,7 @@ def epoch_figure(result: dict) -> go.Figure:
 
 
 def speed_figure(result: dict) -> go.Figure:
-    """examples/s of each timed loop against wall time, one line per run."""
+    """examples/s of each timed loop against seconds of training, one line per run."""
     fig = go.Figure()
     for i, run in enumerate(result["runs"]):
         if run["speed"]["x"]:
@@ -130,7 +130,7 @@ def speed_figure(result: dict) -> go.Figure:
             )
     fig.update_layout(
         title={"text": "Examples/s", **plots.BELOW_TOOLBAR},
-        xaxis_title="wall time, s",
+        xaxis_title="training time, s",
         yaxis_title="examples/s",
         height=360,
         margin=MARGIN,

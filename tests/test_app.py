@@ -1494,3 +1494,18 @@ def test_the_quick_demo_sets_every_field_its_length_depends_on():
     fields = {forms_field for key, forms_field in forms.TRAIN_FORM if key in train.QUICK_DEMO}
     assert fields >= {"epochs", "max_steps", "steps_per_loop", "checkpoint_every", "train_examples", "test_examples"}
     assert train.QUICK_DEMO["max_steps"] == train.QUICK_DEMO["ckpt_every"] == 0
+
+
+def test_compare_follows_the_newest_runs_until_the_picker_is_touched(settings):
+    from webapp import compare as compare_page
+
+    step = [{"event": "start", "step": 0, "time": 1.0}, {"step": 1, "loss": 1.0, "examples": 64, "time": 2.0}]
+    write_run(settings.runs_root, "a", "finished", events=step)
+    first = compare_page.poll(settings, [], "step", 0.6, False, None, None)
+    assert first[0]["value"] == ["a"]
+    time.sleep(0.01)
+    write_run(settings.runs_root, "b", "running", events=step)  # a new run logs a step
+    second = compare_page.poll(settings, ["a"], "step", 0.6, False, None, first[-1])
+    assert second[0]["value"] == ["b", "a"]  # newest first, as the page's default
+    picked = compare_page.poll(settings, ["a"], "step", 0.6, False, True, second[-1])  # the user's pick stays
+    assert "value" not in picked[0]

@@ -111,7 +111,7 @@ def test_table_differences_and_csv(tmp_path):
     assert not any(t.x for t in empty.data)
 
 
-def test_the_speed_line_breaks_where_a_run_was_stopped():
+def test_the_time_axis_counts_training_and_the_speed_line_breaks_where_a_run_was_stopped():
     def step(n, t):
         return {"step": n, "epoch": 1, "examples": 64, "loss": 1.0, "time": t, "examples_per_sec": 100.0 * n}
 
@@ -123,9 +123,15 @@ def test_the_speed_line_breaks_where_a_run_was_stopped():
         {"event": "resume", "step": 2, "time": 150.0, "message": "resumed from ckpt-2 at step 2"},
         step(3, 152.0),
     ]
-    assert compare.speed_series(metrics) == {"x": [1.0, 2.0, 50.0, 52.0], "y": [100.0, 200.0, None, 300.0]}
+    # 47.5 s stopped are not training time: the resumed process goes on from 2.5 s.
+    assert compare.speed_series(metrics) == {"x": [1.0, 2.0, 2.5, 4.5], "y": [100.0, 200.0, None, 300.0]}
+    assert compare.loss_series(metrics, "time")["x"] == [1.0, 2.0, 4.5]
+    assert compare.wall_seconds(metrics) == 4.5
     # Resumed and not timed yet: the line ends where it was, with nothing to break.
     assert compare.speed_series(metrics[:-1]) == {"x": [1.0, 2.0], "y": [100.0, 200.0]}
+    # A resumed process's first loop of 3 steps is spread over its own time, not the idle time before it.
+    later = [*metrics[:-1], *({**step(n, 156.0), "examples_per_sec": 300.0} for n in (3, 4, 5))]
+    assert compare.loss_series(later, "time")["x"] == [1.0, 2.0, 4.5, 6.5, 8.5]
 
 
 def test_picks_are_names_inside_the_runs_folder(tmp_path):

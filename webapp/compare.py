@@ -27,10 +27,9 @@ def table_value(rows: list[dict], headers: list[str]) -> dict:
 
 
 def picks_or_default(settings: AppSettings, runs, touched) -> list[str]:
-    """The picked runs; a page that has picked nothing yet compares the newest runs."""
-    if runs or touched:
-        return list(runs or [])
-    return compare.default_picks(settings.runs_root)
+    """The picked runs; a page whose picker the user has not touched compares the newest runs,
+    and goes on following them as new ones log steps (the picker shows the page's choice)."""
+    return list(runs or []) if touched else compare.default_picks(settings.runs_root)
 
 
 def compare_runs(settings: AppSettings, runs, x_axis="step", smoothing=0.6, log_scale=False, touched=False):
