@@ -659,6 +659,9 @@ def test_empty_or_odd_training_fields_are_named_plainly(settings, over, message)
 def test_empty_or_odd_split_and_loss_fields_are_named_plainly(settings, planner):
     assert "global batch size is empty" in loss.loss_check(settings, 2, [], None, 0)[0]
     assert "(0)" not in loss.loss_check(settings, 2, [], None, 0)[0]
+    assert "examples in the batch (10) must be a whole number from 1 to 6, or 0 for the whole global batch." in (
+        loss.loss_check(settings, 2, [], 6, 0, examples=10)[0]
+    )
     assert "global batch size is empty" in setup.batch_note(settings, None, 2, [])
     assert "must be a whole number from 1 to 65536" in setup.batch_note(settings, 1e20, 2, [])
     assert "(12.7) must be a whole number" in setup.batch_note(settings, 12.7, 2, [])

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
@@ -203,6 +204,10 @@ def test_a_running_run_is_refused(two_runs):
         for action in (lambda: manage.delete_run(two_runs, "one"), lambda: manage.rename_run(two_runs, "one", "x")):
             with pytest.raises(DistcoreError, match="is training"):
                 action()
+        from webapp import compare as page  # the page's Delete refuses at once, before asking to confirm
+
+        message, armed = page.delete_run(types.SimpleNamespace(runs_root=two_runs), "one")
+        assert "is training" in message and armed is None
     finally:
         proc.kill()
         proc.wait()

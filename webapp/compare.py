@@ -148,7 +148,7 @@ def delete_run(settings: AppSettings, run, armed=None):
     now = time.time()
     if not (armed and armed.get("run") == run and now - armed.get("time", 0) < CONFIRM_SECONDS):
         try:
-            manage.run_folder(settings.runs_root, run)
+            manage.refuse_if_running(manage.run_folder(settings.runs_root, run))  # refused before it asks
         except DistcoreError as e:
             return error_md(e), None
         return f"Delete **{run}** and all its files? Press **Delete** again within {CONFIRM_SECONDS} s.", {

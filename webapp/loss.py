@@ -40,11 +40,13 @@ def loss_check(settings: AppSettings, cpu_count, gpu_boxes, global_batch, seed, 
             str(check_int("seed", 0 if seed is None else seed, low=0, high=MAX_SEED)),
         ]
         # 0 or empty is a full batch: Gradio 6.31 shows an empty Number as 0 and sends 0.
-        n = (
-            0
-            if is_empty(examples)
-            else check_int("examples in the batch (0: the global batch size)", examples, low=0, high=batch)
-        )
+        try:
+            n = 0 if is_empty(examples) else check_int("examples in the batch", examples, low=0, high=batch)
+        except DistcoreError:
+            raise DistcoreError(
+                f"examples in the batch ({examples!r}) must be a whole number from 1 to {batch}, or 0 for the "
+                "whole global batch."
+            ) from None
         if n:
             args += ["--examples", str(n)]
         r = jobs.run_cli_json(args, timeout=600)
