@@ -98,7 +98,8 @@ def stop_click(settings: AppSettings, mine, armed, name):
     if confirmed or name not in jobs.active_runs(settings.runs_root) or started_here(settings, mine, name):
         return stop_run(settings, name), None
     return (
-        f"**{name}** was not started from this page: it may be another user's run. To stop it, "
+        f"**{name}** was not started from this page since it opened: it may be another page's or another "
+        "user's run. To stop it, "
         f"press **Stop training** again within {CONFIRM_SECONDS} s.",
         {"name": name, "time": now},
     )
