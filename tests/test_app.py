@@ -659,8 +659,9 @@ def test_empty_or_odd_training_fields_are_named_plainly(settings, over, message)
 def test_empty_or_odd_split_and_loss_fields_are_named_plainly(settings, planner):
     assert "global batch size is empty" in loss.loss_check(settings, 2, [], None, 0)[0]
     assert "(0)" not in loss.loss_check(settings, 2, [], None, 0)[0]
-    assert "examples in the batch (10) must be a whole number from 1 to 6, or 0 for the whole global batch." in (
-        loss.loss_check(settings, 2, [], 6, 0, examples=10)[0]
+    assert (
+        "examples in the batch (10) must be a whole number from 1 to 6, or 0 for the whole global batch."
+        in (loss.loss_check(settings, 2, [], 6, 0, examples=10)[0])
     )
     assert "global batch size is empty" in setup.batch_note(settings, None, 2, [])
     assert "must be a whole number from 1 to 65536" in setup.batch_note(settings, 1e20, 2, [])
@@ -1448,6 +1449,8 @@ def test_evaluate_takes_the_newest_when_a_run_still_training_deleted_the_one_pic
         "Note: ckpt-5 was deleted by the run, which is still training and keeps only its newest checkpoints; "
         "this is the newest, ckpt-10."
     ) in md
+    path, text = evaluate_tab.export_model(settings, "live", "ckpt-5")  # Export reads it as Evaluate does
+    assert path.endswith("live-ckpt-10.keras") and "ckpt-5 was deleted by the run" in text, text
 
 
 @pytest.mark.parametrize("fixed", [False, True], ids=["glibc's default", "the app's"])

@@ -7,7 +7,7 @@ import tempfile
 import gradio as gr
 import numpy as np
 
-from distcore import data, datasets, follow, forms, jobs, plots, runs, verdicts
+from distcore import data, datasets, follow, forms, plots, runs, verdicts
 from distcore.config import DistcoreError
 
 from . import watch
@@ -194,11 +194,10 @@ def export_model(settings: AppSettings, run, checkpoint, followed=None):
         if not saved:
             raise DistcoreError(runs.no_checkpoint(run_dir))
         checkpoint = checkpoint or saved[-1]
-        if checkpoint not in saved:
-            raise DistcoreError(runs.missing_checkpoint(run_dir, checkpoint, saved))
-        out = runs.export_folder() / f"{run_dir.name}-{checkpoint}.keras"
-        args = ["export", "--run-dir", str(run_dir), "--checkpoint", checkpoint, "--out", str(out), "--json"]
-        result = jobs.run_cli_json(args, timeout=600)
+        folder = runs.export_folder()
+        args = ["export", "--run-dir", str(run_dir), "--out", str(folder / "model.keras"), "--json"]
+        result = follow.evaluate_or_newest(run_dir, checkpoint, saved, args, timeout=600)  # as Evaluate reads it
+        out = (folder / "model.keras").rename(folder / f"{run_dir.name}-{result['checkpoint']}.keras")
         full = gradio_room(out.stat().st_size)
     except OSError as e:  # a full temporary folder, said in place of Gradio's bare "Error"
         return None, error_md(f"cannot write the model in {tempfile.gettempdir()}: {e.strerror or e}.")
@@ -207,7 +206,10 @@ def export_model(settings: AppSettings, run, checkpoint, followed=None):
     if full:
         return None, error_md(f"cannot hand the model to the browser: {full}")
     what = "its generator" if result.get("task") == "gan" else "its model"
-    return str(out), f"**{run_dir.name}** {result['checkpoint']}: {what} as a Keras file (`keras.models.load_model`)."
+    note = f" {result['note']}" if result.get("note") else ""
+    return str(out), (
+        f"**{run_dir.name}** {result['checkpoint']}: {what} as a Keras file (`keras.models.load_model`).{note}"
+    )
 
 
 def build(settings: AppSettings, bind, followed) -> dict:
