@@ -114,7 +114,10 @@ def training_clock(metrics: list[dict]):
 
     def clock(t: float) -> float:
         i = max(bisect.bisect_right(starts, t) - 1, 0)
-        return round(before[i] + t - starts[i], 3)
+        into = t - starts[i]
+        if i < len(spans) - 1:  # between a process's last record and the next one's start (its set-up)
+            into = min(into, spans[i][1] - starts[i])
+        return round(before[i] + into, 3)
 
     return clock
 
@@ -140,7 +143,7 @@ def run_row(run_dir) -> dict:
         "task": task,
         "model": config.get("model") if task == "classifier" else None,  # other tasks bring their own
         "devices": ",".join(devices) if isinstance(devices, list) else str(devices),
-        "replicas": len(devices) * (config.get("workers") or 1) if isinstance(devices, list) else None,
+        "replicas": len(devices) * (config.get("workers") or 1) if isinstance(devices, list) and devices else None,
         "workers": config.get("workers", 1),
         "global_batch": config.get("global_batch"),
         "policy": config.get("policy"),
@@ -194,6 +197,13 @@ def loss_series(metrics: list[dict], x_axis: str = "step", weight: float = 0.0, 
             [smoothed[min(i + k, len(smoothed)) - 1] for i in range(0, len(smoothed), k)],
         )
     return {"x": xs, "raw": raw, "smoothed": smoothed, "per_point": k}
+
+
+def on_training_clock(samples: list[dict], metrics: list[dict]) -> list[dict]:
+    """System samples with their time as seconds of training (training_clock), to draw beside
+    the curves on the same axis."""
+    clock = training_clock(metrics)
+    return [{**row, "time": clock(row["time"])} for row in samples]
 
 
 def step_times(steps: list[dict], metrics: list[dict]) -> list[float]:
@@ -273,7 +283,7 @@ def comparison(runs_root, picks, x_axis: str = "step", weight: float = 0.0) -> d
                 "scalars": scalar_series(metrics, x_axis, weight),
                 "epochs": epoch_series(metrics),
                 "speed": speed_series(metrics),
-                "system": runs.read_system(run_dir),
+                "system": on_training_clock(runs.read_system(run_dir), metrics),
             }
         )
     out["differences"] = differences(configs)

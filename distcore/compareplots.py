@@ -141,7 +141,8 @@ def speed_figure(result: dict) -> go.Figure:
 
 def system_figure(result: dict) -> go.Figure:
     """CPU and memory of each picked run's training process (plots.system_figure, overlaid)."""
-    return plots.system_figure({run["name"]: run["system"] for run in result["runs"]})
+    samples = {run["name"]: run["system"] for run in result["runs"]}  # their time: seconds of training
+    return plots.system_figure(samples, "training time, s", zero=0.0)
 
 
 def scaling_figure(record: dict | None) -> go.Figure:

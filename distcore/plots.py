@@ -584,17 +584,18 @@ def sampled_times(rows: list[dict], start: float) -> tuple[list[float], list[dic
     return xs, out
 
 
-def system_figure(samples) -> go.Figure:
+def system_figure(samples, x_title: str = "seconds since the first sample", zero: float | None = None) -> go.Figure:
     """A training process's CPU (% of one core: 200 is two cores busy) and resident memory over
     time, from runs.read_system; GPU utilisation and memory too where they were recorded.
-    `samples`: one run's list, or {run name: list} to overlay runs (one colour each)."""
+    `samples`: one run's list, or {run name: list} to overlay runs (one colour each). `zero`: the
+    time drawn as 0 (None: each run's first sample)."""
     by_run = samples if isinstance(samples, dict) else {"": samples}
     fig = make_subplots(rows=1, cols=2, subplot_titles=("CPU, % of one core", "Memory, MB"))
     palette = ("#4a7fd4", "#e4572e", "#2a9d8f", "#8e6cc1", "#d4a017", "#6b6b6b")
     for i, (name, rows) in enumerate(by_run.items()):
         if not rows:
             continue
-        start, colour = rows[0]["time"], palette[i % len(palette)]
+        start, colour = rows[0]["time"] if zero is None else zero, palette[i % len(palette)]
         x, rows = sampled_times(rows, start)
         panels = [
             ("cpu_percent", 1, 1, "CPU", "solid"),
@@ -619,7 +620,7 @@ def system_figure(samples) -> go.Figure:
                 row=1,
                 col=col,
             )
-    fig.update_xaxes(title_text="seconds since the first sample")
+    fig.update_xaxes(title_text=x_title)
     fig.update_layout(
         title={"text": "System: the training process", **BELOW_TOOLBAR},
         height=330,

@@ -128,6 +128,8 @@ def test_the_time_axis_counts_training_and_the_speed_line_breaks_where_a_run_was
     assert compare.speed_series(metrics) == {"x": [1.0, 2.0, 2.5, 4.5], "y": [100.0, 200.0, None, 300.0]}
     assert compare.loss_series(metrics, "time")["x"] == [1.0, 2.0, 4.5]
     assert compare.wall_seconds(metrics) == 4.5
+    samples = [{"time": t, "cpu_percent": 90.0} for t in (101.0, 149.0, 151.0)]  # 149: the resumed process's set-up
+    assert [r["time"] for r in compare.on_training_clock(samples, metrics)] == [1.0, 2.5, 3.5]  # System's x
     # Resumed and not timed yet: the line ends where it was, with nothing to break.
     assert compare.speed_series(metrics[:-1]) == {"x": [1.0, 2.0], "y": [100.0, 200.0]}
     # A resumed process's first loop of 3 steps is spread over its own time, not the idle time before it.

@@ -8,7 +8,7 @@ import time
 
 import gradio as gr
 
-from distcore import compare, compareplots, follow, manage, runs as rundirs, sweep
+from distcore import compare, compareplots, follow, forms, manage, runs as rundirs, sweep
 from distcore.config import DistcoreError, check_int
 
 from . import compareapi as api
@@ -22,8 +22,21 @@ SWEEP_HEADERS = ["run", "replicas", "workers", "global_batch", "examples_per_sec
 PRIVATE = {"api_visibility": "private", "show_progress": "hidden"}  # timer ticks: not on the API page
 
 
+# Column titles for people, short enough not to wrap mid-word; the fields keep their names in the JSON.
+HEADER_LABELS = {
+    "global_batch": "batch",
+    "examples_per_sec": "examples/s",
+    "test_accuracy": "accuracy",
+    "wall_seconds": "time, s",
+    "speedup": "speed-up",
+}
+
+
 def table_value(rows: list[dict], headers: list[str]) -> dict:
-    return {"headers": headers, "data": [[row.get(h) for h in headers] for row in rows]}
+    return {
+        "headers": [HEADER_LABELS.get(h, h) for h in headers],
+        "data": [[row.get(h) for h in headers] for row in rows],
+    }
 
 
 def picks_or_default(settings: AppSettings, runs, touched) -> list[str]:
@@ -53,9 +66,19 @@ def compare_runs(settings: AppSettings, runs, x_axis="step", smoothing=0.6, log_
         compareplots.speed_figure(result),
         compareplots.system_figure(result),
         table_value(compare.table(settings.runs_root), TABLE_HEADERS),
-        table_value(differ, ["field", *picks]) if differ else table_value([], ["field"]),
+        table_value([shown_difference(d, picks) for d in differ], ["field", *picks])
+        if differ
+        else table_value([], ["field"]),
         message,
     )
+
+
+def shown_difference(row: dict, picks: list[str]) -> dict:
+    """A row of Settings that differ as people read it: data by its name (an upload's file name,
+    not the path the app keeps it under)."""
+    if row.get("field") != "data":
+        return row
+    return {**row, **{name: forms.data_label(str(row[name])) for name in picks if row.get(name)}}
 
 
 def signature(settings: AppSettings, picks) -> list:
@@ -191,7 +214,7 @@ def build(settings: AppSettings, bind, timer: gr.Timer, tab: gr.Tab) -> dict:
         epoch_plot = gr.Plot(show_label=False)
         speed_plot = gr.Plot(show_label=False)
     system_plot = gr.Plot(show_label=False)
-    table = gr.Dataframe(label="Runs", interactive=False, wrap=True)
+    table = gr.Dataframe(label="Runs", interactive=False)
     differ = gr.Dataframe(label="Settings that differ", interactive=False)
     with gr.Row():
         export = gr.Button("Export CSV", size="sm")
