@@ -218,6 +218,7 @@ class Controller:
         if isinstance(self.given_data, datasets.Datasets):
             if config.data != datasets.DATASETS:
                 raise DistcoreError("data=Datasets(...) needs a configuration whose data is 'datasets'.")
+            self.given_data.check()
             self.task_object.check_data(self.given_data)
             return self.given_data
         if self.given_data is not None:

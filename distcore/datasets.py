@@ -107,14 +107,51 @@ class Datasets:
 
     def first(self):
         """One training example, as numpy (x, y), for checks."""
-        for x, y in self.train(0, 0).take(1):
-            return x.numpy()[None], y.numpy()[None]
-        raise DistcoreError("Datasets.train(0, seed) gave no example: each split needs at least one.")
+        return first_example(lambda: self.train(0, 0), "train(epoch, seed)")
+
+    def check(self) -> None:
+        """Both functions' datasets, checked on their first example before anything trains: each
+        an unbatched dataset of numeric (x, y) pairs, x of one shape in both splits."""
+        train_x, _ = self.first()
+        test_x, _ = first_example(self.test, "test()")
+        if train_x.shape[1:] != test_x.shape[1:]:
+            raise DistcoreError(
+                f"Datasets.train gives x of shape {train_x.shape[1:]} but test of {test_x.shape[1:]}: both "
+                "splits must have the same shape."
+            )
 
     def transform_x(self, x):
         from .inputs import scale_and_cast
 
         return scale_and_cast(x, np.zeros(len(x), np.int32))[0]
+
+
+def first_example(make, call: str):
+    """The first (x, y) of the dataset `make()` returns, as numpy arrays of one row; DistcoreError
+    saying what the function must return when it is not an unbatched dataset of numeric pairs."""
+    import tensorflow as tf
+
+    from .config import error_line
+
+    what = f"Datasets.{call.split('(')[0]}"
+    try:
+        dataset = make()
+    except TypeError as err:  # most often the wrong arguments: lambda: ... for train
+        raise DistcoreError(f"{what} failed ({error_line(err)}): give a function {call}.") from None
+    if not isinstance(dataset, tf.data.Dataset):
+        raise DistcoreError(f"{what} returned {type(dataset).__name__}: it must return a tf.data.Dataset of (x, y).")
+    spec = dataset.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(s, tf.TensorSpec) for s in spec)):
+        raise DistcoreError(
+            f"{what}'s dataset gives elements of {spec}: each must be one example as a pair (x, y), "
+            "e.g. tf.data.Dataset.from_tensor_slices((x, y))."
+        )
+    for name, part in zip(("x", "y"), spec):
+        if not (part.dtype.is_floating or part.dtype.is_integer or part.dtype == tf.bool):
+            raise DistcoreError(f"{what}'s {name} holds {part.dtype.name} values: it must hold numbers.")
+    for x, y in dataset.take(1):
+        return x.numpy()[None], y.numpy()[None]
+    raise DistcoreError(f"{what} gave no example: each split needs at least one.")
 
 
 def check_arrays(arrays: dict, where: str = "") -> dict:

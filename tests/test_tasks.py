@@ -487,3 +487,29 @@ def test_a_resume_with_another_model_is_refused_and_leaves_the_finished_run_as_i
     ):
         distcore.train(distcore.Classifier(smaller), None, run_dir, resume=True, devices=2, max_steps=8)
     assert runs.read_status(run_dir) == status and (run_dir / "config.json").read_text() == config
+
+
+def test_datasets_functions_that_give_the_wrong_thing_are_refused_before_the_run_is_made(tmp_path):
+    data = arrays()
+    pairs = lambda x, y: tf.data.Dataset.from_tensor_slices((x, y))  # noqa: E731
+    test = lambda: pairs(data.x_test, data.y_test)  # noqa: E731
+    cases = [
+        (
+            lambda: pairs(data.x_train, data.y_train),
+            test,
+            "<lambda>() takes 0 positional arguments but 2 were given): give a function train(epoch, seed).",
+        ),
+        (lambda e, s: tf.data.Dataset.from_tensor_slices(data.x_train), test, "each must be one example as a pair"),
+        (lambda e, s: pairs(data.x_train, data.y_train.astype(str)), test, "Datasets.train's y holds string values"),
+        (lambda e, s: data.x_train, test, "Datasets.train returned ndarray: it must return a tf.data.Dataset"),
+        (
+            lambda e, s: pairs(data.x_train, data.y_train),
+            lambda: pairs(data.x_test[:, :5], data.y_test),
+            "(8,) but test of (5,)",
+        ),
+    ]
+    for train, test_fn, message in cases:
+        source = distcore.Datasets(train, test_fn, train_examples=480, test_examples=120)
+        with pytest.raises(distcore.DistcoreError, match=re.escape(message)):
+            distcore.train(distcore.Classifier(make_model), source, tmp_path / "d", devices=2, global_batch=32)
+        assert not (tmp_path / "d").exists()
