@@ -217,7 +217,6 @@ def result(root: Path, names: list[str], target: float | None) -> dict:
 def scaling_limit(entries: list[dict], cores: int | None = None) -> str:
     """What limits scaling on the machine the runs trained on, in a sentence or two."""
     cores = cores or len(os.sched_getaffinity(0))
-    most = max((e["replicas"] or 1 for e in entries), default=1)
     if entries and all(e["gpu"] for e in entries if e["workers"] == 1):
         return (
             "Each replica is its own GPU: speed-up measures real data parallelism, limited by the "
@@ -225,7 +224,7 @@ def scaling_limit(entries: list[dict], cores: int | None = None) -> str:
         )
     clusters = " Worker processes on one host share the same cores too, and add an all-reduce over loopback."
     return (
-        f"The replicas here are logical CPU devices: all {most} share this machine's {cores} core(s), so an "
+        f"The replicas here are logical CPU devices that share this machine's {cores} core(s), so an "
         "added replica adds no arithmetic. A speed-up can only come from the cores being used better (more "
         "work per step, the same per-step overhead); an efficiency near 1/replicas is what to expect, not a fault."
         + (clusters if any(e["workers"] > 1 for e in entries) else "")
@@ -268,6 +267,22 @@ def cli_args(sweep: Sweep, name: str, runs_root) -> list[str]:
     return [*args, "--name", name, "--runs-dir", str(runs_root), "--json"]
 
 
+def free_name(root: Path, sweep: Sweep, stamp: str | None = None) -> str:
+    """The sweep's name: its own, refused when a sweep or run has it already, else sweep-DATE-TIME,
+    with the next free suffix (-2, -3, ...) for a second sweep in the same second."""
+
+    def taken(name: str) -> bool:
+        points = sweep.points()
+        return record_path(root, name).exists() or any((root / run_name(name, r, w)).exists() for r, w in points)
+
+    if sweep.name:
+        if taken(sweep.name):
+            raise DistcoreError(f"a sweep or run named {sweep.name!r} exists already: name the sweep otherwise.")
+        return sweep.name
+    stamp = stamp or time.strftime("sweep-%Y%m%d-%H%M%S")
+    return next(n for n in (stamp, *(f"{stamp}-{i}" for i in range(2, 1000))) if not taken(n))
+
+
 def start(runs_root, sweep: Sweep, max_jobs: int) -> str:
     """Start `distcore sweep` in a process of its own (the app's way: it outlives the request)
     and return the sweep's name; RUNS/<name>.sweep.json follows it. One sweep at a time per
@@ -276,9 +291,7 @@ def start(runs_root, sweep: Sweep, max_jobs: int) -> str:
     busy = running(root)
     if busy:
         raise DistcoreError(f"sweep {busy!r} is still running in this runs folder: wait until it ends.")
-    name = sweep.name or time.strftime("sweep-%Y%m%d-%H%M%S")
-    if record_path(root, name).exists() or any((root / run_name(name, r, w)).exists() for r, w in sweep.points()):
-        raise DistcoreError(f"a sweep or run named {name!r} exists already: try again in a second, or name it.")
+    name = free_name(root, sweep)
     runs.write_json_atomic(record_path(root, name), {"sweep": name, "state": "starting", "entries": []})
     env = {**jobs.cli_env(), "DISTCORE_MAX_JOBS": str(max_jobs)}
     with open(root / f"{name}.sweep.log", "w", encoding="utf-8") as log:

@@ -51,7 +51,7 @@ def test_speedup_efficiency_and_time_to_target(tmp_path):
     assert (one["speedup"], one["efficiency"]) == (1.0, 1.0)
     assert two["examples_per_sec"] == 2000.0 and two["speedup"] == 2.0 and two["efficiency"] == 1.0
     assert one["time_to_target_seconds"] == 10.0 and two["time_to_target_seconds"] is None
-    assert "logical CPU devices" in out["limit"] and "2 share" in out["limit"]
+    assert "logical CPU devices" in out["limit"] and "share this machine" in out["limit"]
     fig = compareplots.scaling_figure(out)
     assert [t.name for t in fig.data] == ["ideal (linear)", "one process"]
     assert list(fig.data[0].y) == [1000.0, 2000.0]
@@ -62,6 +62,16 @@ def test_gpu_runs_say_so():
     assert "its own GPU" in sweep.scaling_limit([entry])
     cpu = sweep.scaling_limit([{**entry, "gpu": False}, {"replicas": 2, "workers": 2, "gpu": False}], cores=2)
     assert "2 core(s)" in cpu and "loopback" in cpu
+
+
+def test_a_second_sweep_in_the_same_second_gets_the_next_free_name(tmp_path):
+    plan = sweep.Sweep(replicas=(1, 2))
+    sweep.runs.write_json_atomic(tmp_path / f"sweep-1{sweep.SUFFIX}", {"state": "finished"})
+    (tmp_path / "sweep-1-2-r1").mkdir()  # a run of that name: taken too
+    assert sweep.free_name(tmp_path, plan, stamp="sweep-1") == "sweep-1-3"
+    with pytest.raises(DistcoreError, match="a sweep or run named 'sweep-1' exists already: name the sweep"):
+        sweep.free_name(tmp_path, sweep.Sweep(replicas=(1, 2), name="sweep-1"))
+    assert "all 1 share" not in sweep.scaling_limit([{"replicas": 1, "workers": 1, "gpu": False}], cores=2)
 
 
 def test_a_second_sweep_is_refused_while_one_runs(tmp_path):
