@@ -4,6 +4,8 @@ record; no TensorFlow, no Gradio. One colour per run, the same in every figure."
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -68,12 +70,27 @@ def loss_figure(result: dict, log_y: bool = False) -> go.Figure:
     fig.update_layout(
         title={"text": "Training loss", "subtitle": {"text": subtitle}, **plots.BELOW_TOOLBAR},
         xaxis_title=compare.X_AXES[result["x_axis"]],
-        yaxis={"title": "loss", "type": "log" if log_y else "linear"},
+        yaxis={"title": "loss", **(log_axis(fig) if log_y else {"type": "linear"})},
         height=420,
         margin=MARGIN,
         legend={"orientation": "h", "x": 0, "y": -0.2},
     )
     return fig if len(fig.data) else plots._empty_note(fig, "no steps yet in the picked runs")
+
+
+def log_axis(fig: go.Figure) -> dict:
+    """A log axis labelled with whole values (0.3, 0.5, 1, 2, ...) over the figure's data: Plotly's
+    own labels a decade's steps with their first digit alone ("9, 8, 7 ... 2"), so 0.5 reads "5".
+    A range too narrow for two such values gets its ticks in three digits."""
+    values = [v for trace in fig.data for v in (trace.y or ()) if isinstance(v, (int, float)) and v > 0]
+    if not values:
+        return {"type": "log"}
+    low, high = min(values), max(values)
+    decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+    ticks = [m * 10.0**e for e in decades for m in (1, 2, 3, 5) if low <= m * 10.0**e <= high]
+    if len(ticks) < 2:
+        return {"type": "log", "tickformat": ".3g"}
+    return {"type": "log", "tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
 
 
 def epoch_figure(result: dict) -> go.Figure:

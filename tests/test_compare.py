@@ -103,6 +103,7 @@ def test_table_differences_and_csv(tmp_path):
     fig = compareplots.loss_figure(result, log_y=True)
     named = [t.name for t in fig.data if t.showlegend is not False]
     assert named == ["one", "two"] and fig.layout.yaxis.type == "log"
+    assert list(fig.layout.yaxis.ticktext) == ["0.1", "0.2", "0.3", "0.5", "1", "2"]  # not "1, 2, 3, 5, 1, 2"
     assert fig.layout.xaxis.title.text == "examples seen"
     assert len(compareplots.loss_figure(compare.comparison(tmp_path, ["one"], "step", 0)).data) == 1  # raw only
     for figure in (compareplots.epoch_figure, compareplots.speed_figure):
