@@ -63,7 +63,23 @@ def rename_run(runs_root, name, new_name) -> dict:
             os.rename(run_dir, target)
         except OSError as err:
             raise DistcoreError(f"cannot rename {name!r}: {err.strerror}.") from None
+        renamed_in_sweeps(runs_root, run_dir.name, new_name)
     return {"renamed": run_dir.name, "to": new_name}
+
+
+def renamed_in_sweeps(runs_root, name: str, new_name: str) -> None:
+    """The sweeps that list run `name` list it as `new_name`, so their tables and charts keep it."""
+    from . import sweep
+
+    for record_name in sweep.list_records(runs_root):
+        record = sweep.read_record(runs_root, record_name) or {}
+        if name not in record.get("runs", []):
+            continue
+        record["runs"] = [new_name if r == name else r for r in record["runs"]]
+        for entry in record.get("entries", []):
+            if entry.get("run") == name:
+                entry["run"] = new_name
+        runs.write_json_atomic(sweep.record_path(runs_root, record_name), record)
 
 
 def delete_run(runs_root, name) -> dict:

@@ -154,7 +154,11 @@ def two_runs(tmp_path):
 
 
 def test_rename_and_delete(two_runs):
+    record = {"sweep": "s", "state": "finished", "runs": ["one", "two"], "entries": [{"run": "one"}, {"run": "two"}]}
+    runs.write_json_atomic(two_runs / "s.sweep.json", record)
     assert manage.rename_run(two_runs, "one", "first") == {"renamed": "one", "to": "first"}
+    renamed = runs.read_json(two_runs / "s.sweep.json")  # the sweep lists it by its new name
+    assert renamed["runs"] == ["first", "two"] and [e["run"] for e in renamed["entries"]] == ["first", "two"]
     assert (two_runs / "first" / "metrics.jsonl").is_file() and not (two_runs / "one").exists()
     with pytest.raises(DistcoreError, match="taken"):
         manage.rename_run(two_runs, "first", "two")
