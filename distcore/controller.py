@@ -146,6 +146,7 @@ class Controller:
         self.task = cluster.Task(workers=1, index=0)
         self.wrote_config = self.ran = self.closed = False
         self.status_before = self.resumed_config = None
+        self.told_diverged = False
         try:
             self.claim(resume)
         except BaseException as err:
@@ -689,6 +690,14 @@ class Controller:
         for i, (row, count) in enumerate(zip(values, counts)):
             scalars = {name: float(row[j]) for j, name in enumerate(names)}
             self.emit({"step": first_step + i + 1, "epoch": epoch, **scalars, "examples": int(count), **speed})
+            diverged = next((name for name, value in scalars.items() if not math.isfinite(value)), None)
+            if diverged and not self.told_diverged:  # once a process: every later step is NaN too
+                self.told_diverged = True
+                self.log_event(
+                    "warning",
+                    f"the {diverged} is {scalars[diverged]} at step {first_step + i + 1}: training diverged. A lower "
+                    "learning rate usually keeps it finite; the steps before are in the checkpoints saved so far.",
+                )
         steps = tf.range(first_step + 1, first_step + 1 + len(values), dtype=tf.int64)
         with events.summaries(self.writer, self.write_dir / "logs"):
             for j, name in enumerate(names):

@@ -513,3 +513,18 @@ def test_datasets_functions_that_give_the_wrong_thing_are_refused_before_the_run
         with pytest.raises(distcore.DistcoreError, match=re.escape(message)):
             distcore.train(distcore.Classifier(make_model), source, tmp_path / "d", devices=2, global_batch=32)
         assert not (tmp_path / "d").exists()
+
+
+class Diverges(Doubled):
+    """A step whose loss is finite for 2 steps, then NaN."""
+
+    def train_step(self, batch, ctx):
+        loss = super().train_step(batch, ctx)["mse"]
+        return {"mse": tf.where(ctx.step > 2, tf.constant(float("nan")), loss)}
+
+
+def test_a_loss_that_turns_nan_is_said_once_in_the_runs_log(tmp_path):
+    run = distcore.train(Diverges(), arrays(), tmp_path / "nan", devices=2, global_batch=48, max_steps=6, seed=0)
+    warnings = [r for r in run.records if r.get("event") == "warning"]
+    assert [w["message"].split(":")[0] for w in warnings] == ["the mse is nan at step 3"]
+    assert "training diverged" in warnings[0]["message"] and run.state == "finished"
