@@ -146,7 +146,7 @@ class Controller:
         self.task = cluster.Task(workers=1, index=0)
         self.wrote_config = self.ran = self.closed = False
         self.status_before = self.resumed_config = None
-        self.told_diverged = False
+        self.told_diverged = self.told_short = False
         try:
             self.claim(resume)
         except BaseException as err:
@@ -660,10 +660,24 @@ class Controller:
             # Closed before any checkpoint of this step is saved: a checkpoint of the epoch's
             # last step must hold the closed epoch, or a resume from it retrains nothing.
             if len(values) < chunk or self.epoch_done():  # the iterator ran out, or is about to
+                self.tell_short_epoch(epoch + 1)
                 self.end_epoch(epoch + 1, step)
                 return
             if self.config.checkpoint_every and step % self.config.checkpoint_every == 0:
                 self.save_checkpoint(step)
+
+    def tell_short_epoch(self, epoch: int) -> None:
+        """Say once when an epoch of a Datasets' pipeline ended before its train_examples: the
+        run then ends before its planned steps, and its epochs are shorter than configured."""
+        done, planned = int(self.runner.epoch_steps.numpy()), self.config.steps_per_epoch()
+        if done < planned and isinstance(self.data, datasets.Datasets) and not self.told_short:
+            self.told_short = True
+            self.log_event(
+                "warning",
+                f"epoch {epoch} of Datasets.train ended after {done} of its {planned} steps: it gave fewer than "
+                f"train_examples ({self.config.train_examples}) examples, so each epoch is shorter and the run ends "
+                "before its planned steps. Give train_examples as many as it gives.",
+            )
 
     def epoch_done(self) -> bool:
         """True when every batch of the current epoch has been trained on."""

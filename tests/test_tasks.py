@@ -528,3 +528,19 @@ def test_a_loss_that_turns_nan_is_said_once_in_the_runs_log(tmp_path):
     warnings = [r for r in run.records if r.get("event") == "warning"]
     assert [w["message"].split(":")[0] for w in warnings] == ["the mse is nan at step 3"]
     assert "training diverged" in warnings[0]["message"] and run.state == "finished"
+
+
+def test_a_datasets_pipeline_shorter_than_its_train_examples_is_said(tmp_path):
+    data = arrays()
+    source = distcore.Datasets(
+        lambda epoch, seed: tf.data.Dataset.from_tensor_slices((data.x_train[:320], data.y_train[:320])),
+        lambda: tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test)),
+        train_examples=480,
+        test_examples=120,
+    )
+    run = distcore.train(
+        distcore.Classifier(make_model), source, tmp_path / "short", devices=2, global_batch=32, epochs=2
+    )
+    warnings = [r["message"] for r in run.records if r.get("event") == "warning"]
+    assert run.step == 20 and len(warnings) == 1  # 10 steps an epoch, not 15; said once
+    assert warnings[0].startswith("epoch 1 of Datasets.train ended after 10 of its 15 steps")
