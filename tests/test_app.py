@@ -368,7 +368,7 @@ def test_loss_check(settings):
     assert methods["tutorial_fixed_g"]["verdict"] == "wrong: 1.5× too small" and methods["distributed"]["ok"]
     for bad in (7, -1, 2.5):  # the range is the global batch's (not "from 1 to 65536" for 0)
         assert (
-            "(0: the global batch size) (%s) must be a whole number from 0 to 6." % bad
+            "examples in the batch (%s) must be a whole number from 1 to 6, or 0 for the whole global batch." % bad
             in loss.loss_check(settings, 3, [], 6, 0, 1, bad)[0]
         )
     # 0, as the field comes (Gradio shows and sends an empty Number as 0), is the whole batch,
