@@ -101,11 +101,11 @@ def wall_seconds(metrics: list[dict]) -> float | None:
     return round(sum(b - a for a, b in spans), 1) if spans else None
 
 
-def training_clock(metrics: list[dict]):
+def training_clock(metrics: list[dict], spans: list[tuple[float, float]] | None = None):
     """A function from a record's time to seconds of training before it (the x of the "time"
     axis): each process's time counts, the idle time between processes does not. With no start
-    event, seconds since the first record."""
-    spans = segments(metrics)
+    event, seconds since the first record. `spans`: segments(metrics), when already read."""
+    spans = segments(metrics) if spans is None else spans
     if not spans:
         first = next((m["time"] for m in metrics if isinstance(m.get("time"), (int, float))), 0.0)
         return lambda t: round(t - first, 3)
@@ -210,7 +210,8 @@ def step_times(steps: list[dict], metrics: list[dict]) -> list[float]:
     """Seconds of training before each step (training_clock). A loop's records are written
     together, at its end: its steps are spread evenly over the loop's time (from the loop before
     it, or from its process's start), not drawn as one vertical jump."""
-    clock, starts = training_clock(metrics), [a for a, _ in segments(metrics)]
+    spans = segments(metrics)
+    clock, starts = training_clock(metrics, spans), [a for a, _ in spans]
     out, i = [], 0
     previous = starts[0] if starts else steps[0].get("time", 0.0) if steps else 0.0
     while i < len(steps):

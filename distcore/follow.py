@@ -99,9 +99,9 @@ def pruned_while_training(run_dir: Path, checkpoint: str) -> bool:
     )
 
 
-def evaluate_or_newest(run_dir: Path, checkpoint: str, saved: list[str], args: list[str], timeout: float = 900) -> dict:
-    """`distcore evaluate` (`args`; `export` too) of `checkpoint`, or, when a run still training
-    has deleted it meanwhile, of the newest, with a note saying so. `saved`: the run's checkpoints
+def run_or_newest(run_dir: Path, checkpoint: str, saved: list[str], args: list[str], timeout: float = 900) -> dict:
+    """The distcore command `args` (`evaluate`, `export`) on `checkpoint`, or, when a run still
+    training has deleted it meanwhile, on the newest, with a note saying so. `saved`: the run's checkpoints
     as listed a moment before. A run keeping 1 to 3 checkpoints usually deletes the one a picker
     named before an evaluation has loaded it, so the newest stands in for it."""
     try:

@@ -590,16 +590,17 @@ def read_metrics(run_dir) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []
-    records = []
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if well_formed(record):
-                records.append(record)
-    return records
+        return [record for record in map(parse_record, f) if record is not None]
+
+
+def parse_record(line: str) -> dict | None:
+    """One line of metrics.jsonl as a record; None for a line that is not one (see read_metrics)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if well_formed(record) else None
 
 
 class RecordTail:
@@ -632,11 +633,8 @@ class RecordTail:
             if line in self.given:
                 continue
             self.given.add(line)
-            try:
-                record = json.loads(line.decode("utf-8", errors="replace"))
-            except ValueError:
-                continue
-            if well_formed(record) and record.get("time", 0) >= self.since:
+            record = parse_record(line.decode("utf-8", errors="replace"))
+            if record is not None and record.get("time", 0) >= self.since:
                 out.append(record)
         return out
 

@@ -36,7 +36,7 @@ def evaluate(settings: AppSettings, name, checkpoint, mode, cpu_count, gpu_boxes
             args.append("--no-strategy")
         else:
             args += ["--devices", ",".join(forms.selected_devices(settings.gpus, cpu_count, gpu_boxes))]
-        result = follow.evaluate_or_newest(run_dir, checkpoint, saved, args)
+        result = follow.run_or_newest(run_dir, checkpoint, saved, args)
         data_name = runs.shown_config(run_dir)[0].get("data") or "fashion-mnist"
         names = forms.class_names(data_name, len(result.get("confusion") or []))
         gallery = sample_gallery(result.get("samples") or [], result.get("data_dir"), data_name, names, run_dir)
@@ -196,7 +196,7 @@ def export_model(settings: AppSettings, run, checkpoint, followed=None):
         checkpoint = checkpoint or saved[-1]
         folder = runs.export_folder()
         args = ["export", "--run-dir", str(run_dir), "--out", str(folder / "model.keras"), "--json"]
-        result = follow.evaluate_or_newest(run_dir, checkpoint, saved, args, timeout=600)  # as Evaluate reads it
+        result = follow.run_or_newest(run_dir, checkpoint, saved, args, timeout=600)  # as Evaluate reads it
         out = (folder / "model.keras").rename(folder / f"{run_dir.name}-{result['checkpoint']}.keras")
         full = gradio_room(out.stat().st_size)
     except OSError as e:  # a full temporary folder, said in place of Gradio's bare "Error"
