@@ -117,7 +117,7 @@ class Datasets:
         if train_x.shape[1:] != test_x.shape[1:]:
             raise DistcoreError(
                 f"Datasets.train gives x of shape {train_x.shape[1:]} but test of {test_x.shape[1:]}: both "
-                "splits must have the same shape."
+                "splits must have the same shape, one example an element (unbatched: distcore batches them)."
             )
 
     def transform_x(self, x):
@@ -193,6 +193,8 @@ def check_arrays(arrays: dict, where: str = "") -> dict:
         for key, array in ((f"x_{split}", x), (f"y_{split}", y)):
             if array.dtype.kind == "f" and not np.isfinite(array).all():
                 raise DistcoreError(f"{key}{at} holds NaN or infinite values: every value must be a finite number.")
+            if array.dtype.kind == "f" and np.abs(array).max() > np.finfo(np.float32).max:  # float32 in training
+                raise DistcoreError(f"{key}{at} holds values beyond float32's range (±3.4e38), which training uses.")
     ys = [out["y_train"], out["y_test"]]
     if all(y.dtype.kind == "f" for y in ys) and not all(are_class_numbers(y) for y in ys):
         for split in ("train", "test"):  # a regression's targets
@@ -249,12 +251,11 @@ def checked_labels(y: np.ndarray, name: str) -> np.ndarray:
 
 
 def real_valued(examples) -> bool:
-    """True when the examples' y are real values (a regression's targets), not class labels; for
-    `Datasets`, when the first example's y is a float that is not a class number."""
-    if hasattr(examples, "first"):
-        y = np.asarray(examples.first()[1])
-        return y.dtype.kind == "f" and not are_class_numbers(y)
-    return examples.train_labels.dtype.kind == "f"
+    """True when the examples' y are real values (a regression's targets), not class labels: y of
+    floats (arrays keep class numbers as integers; a `Datasets` pipeline's y reach a step as they
+    are typed)."""
+    y = examples.first()[1] if hasattr(examples, "first") else examples.train_labels
+    return np.asarray(y).dtype.kind == "f"
 
 
 def to_examples(arrays: dict, source: str) -> Examples:

@@ -360,8 +360,8 @@ class Classifier(Task):
         if real_valued(examples):
             raise DistcoreError(
                 "the data's y are real values, not class labels: a classifier trains on class numbers "
-                "0..C-1 (one-hot labels are y.argmax(axis=1)); a regression needs a task of your own "
-                "(docs/tasks.md, Your own step)."
+                "0..C-1 as integers (one-hot labels are y.argmax(axis=1); a Datasets pipeline's are "
+                "tf.cast(y, tf.int32)); a regression needs a task of your own (docs/tasks.md, Your own step)."
             )
 
         model = self.make_model()

@@ -67,7 +67,7 @@ def data_fields(data, run_dir) -> tuple[dict, datasets.Arrays | None]:
 
 
 def train(
-    task="classifier",
+    task=None,
     data=None,
     run_dir=None,
     *,
@@ -77,12 +77,14 @@ def train(
     on_record=None,
     **settings,
 ) -> Run:
-    """Train `task` (a Task, "classifier", "gan" or module:function) on `data` in `run_dir`.
+    """Train `task` (a Task, "classifier", "gan" or module:function; None: the classifier) on
+    `data` in `run_dir`.
 
     `devices`: a replica count or device names ("cpu:0,cpu:1"). `settings`: any other
     TrainConfig field (global_batch, epochs, max_steps, seed, learning_rate, ...).
     `resume=True` continues the run from its newest checkpoint (settings may then change only
-    what a resume may: epochs, max_steps, devices, ...). Returns a `Run`.
+    what a resume may: epochs, max_steps, devices, ...), with its own task and model unless
+    `task` gives an object (a notebook's own). Returns a `Run`.
     """
     from . import devices as devices_lib
     from .controller import Controller
@@ -98,11 +100,20 @@ def train(
             + (f" (did you mean {', '.join(close)}?)" if close else "")
             + f": the settings are TrainConfig's fields, {', '.join(sorted(known))}."
         )
-    task = tasks.coerce(task)
+    named = task if task is None or isinstance(task, str) else False  # (False: a Task object)
+    task = tasks.coerce("classifier" if task is None else task)
     names = devices_lib.resolve(replicas=devices) if isinstance(devices, int) else devices_lib.resolve(devices=devices)
     if resume:
         given = {**settings, "devices": names}
         config = runs.resume_config(run_dir, given)
+        if named is not False:  # the run's own task and model, as `distcore train --resume` rebuilds them
+            kind = tasks.task_reference(task)[0]
+            if named is not None and kind != config.task:
+                raise DistcoreError(
+                    f"run {Path(run_dir).name} trained the task {config.task!r}, not {kind!r}: leave task out to "
+                    "resume it with its own."
+                )
+            task = tasks.from_config(config, runs.run_path(run_dir))
         arrays = data if isinstance(data, datasets.Datasets) else None  # (arrays: the run folder keeps them)
     else:
         fields, arrays = data_fields(data, run_dir)

@@ -108,6 +108,7 @@ def test_float_targets_that_are_not_class_numbers_are_real_values(tmp_path):
         "an integer split beside real values": (with_(y_train=rng.normal(size=40)), "y_train holds values that are"),
         "shapes that differ": (with_(y_train=rng.normal(size=40), y_test=rng.normal(size=(10, 2))), "targets of"),
         "infinity": (with_(y_train=np.full(40, np.inf), y_test=rng.normal(size=10)), "y_train holds NaN or infinite"),
+        "beyond float32": (with_(y_train=rng.normal(size=40) * 1e39, y_test=rng.normal(size=10)), "float32's range"),
     }
     for arrays, message in bad.values():
         with pytest.raises(DistcoreError, match=re.escape(message)):

@@ -502,6 +502,7 @@ def test_datasets_functions_that_give_the_wrong_thing_are_refused_before_the_run
         (lambda e, s: tf.data.Dataset.from_tensor_slices(data.x_train), test, "each must be one example as a pair"),
         (lambda e, s: pairs(data.x_train, data.y_train.astype(str)), test, "Datasets.train's y holds string values"),
         (lambda e, s: data.x_train, test, "Datasets.train returned ndarray: it must return a tf.data.Dataset"),
+        (lambda e, s: pairs(data.x_train, data.y_train + 0.0), test, "the data's y are real values, not class labels"),
         (
             lambda e, s: pairs(data.x_train, data.y_train),
             lambda: pairs(data.x_test[:, :5], data.y_test),
@@ -544,3 +545,13 @@ def test_a_datasets_pipeline_shorter_than_its_train_examples_is_said(tmp_path):
     warnings = [r["message"] for r in run.records if r.get("event") == "warning"]
     assert run.step == 20 and len(warnings) == 1  # 10 steps an epoch, not 15; said once
     assert warnings[0].startswith("epoch 1 of Datasets.train ended after 10 of its 15 steps")
+
+
+def test_a_resume_with_no_task_given_rebuilds_the_runs_own_model(tmp_path):
+    own = lambda: keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])  # noqa: E731 (a notebook's: "saved")
+    distcore.train(distcore.Classifier(own), arrays(), tmp_path / "r", devices=2, global_batch=32, max_steps=4)
+    assert runs.read_config(tmp_path / "r")["model"] == "saved"
+    with pytest.raises(distcore.DistcoreError, match="run r trained the task 'classifier', not 'gan': leave task out"):
+        distcore.train("gan", run_dir=tmp_path / "r", resume=True, max_steps=8, devices=2)
+    again = distcore.train(run_dir=tmp_path / "r", resume=True, max_steps=8, devices=2)  # not the default CNN
+    assert again.state == "finished" and again.step == 8
