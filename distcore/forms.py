@@ -26,6 +26,7 @@ from pathlib import Path
 
 from . import devices as devmod, settings as env
 from .config import MODELS, REFERENCE, TEST_SIZE, TRAIN_SIZE, DistcoreError, SplitConfig, TrainConfig, check_int
+from .tasks import IMAGE_SHAPES
 
 MAX_WORKERS = 8  # worker processes the app offers on one machine
 
@@ -94,7 +95,6 @@ UPLOAD = "npz"  # the data choice of an uploaded .npz; the form's `upload` field
 UPLOADS_FOLDER = ".uploads"  # under the runs folder: no run takes a name that starts with "."
 UPLOAD_ID = re.compile(r"^[0-9a-f]{16}$")  # the first 16 hex digits of the file's SHA-256
 UNPACKED_FACTOR = 10  # an upload's arrays unpack to at most this many times the upload limit
-IMAGE_SHAPES = ((28, 28), (28, 28, 1))  # the images the GAN and the built-in CNN and MLP take
 # How a run on 2+ worker processes starts them: the local launcher (`cluster`) or Ray Train.
 ENGINES = (("local processes", "local"), ("Ray", "ray"))
 RAY_MISSING = (
@@ -307,7 +307,7 @@ def check_task_data(task: str, facts: dict, model: str | None = None) -> None:
     """Refuse data (its data_facts) that the built-in task cannot train on: the GAN and the
     built-in models (`model`) need 28×28 images, the classifier class labels."""
     shape = "×".join(str(n) for n in facts.get("shape") or ())
-    images = tuple(facts.get("shape") or ()) in IMAGE_SHAPES
+    images = tuple(facts.get("shape") or ()) in IMAGE_SHAPES  # tasks' own rule
     if task == "gan" and not images:
         raise DistcoreError(
             f"the GAN generates 28×28 grey images and trains on images of that shape; {facts['name']} holds {shape}."

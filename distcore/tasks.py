@@ -34,6 +34,7 @@ from .config import DistcoreError, error_line
 
 REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 BUILT_IN_MODELS = ("cnn", "mlp")
+IMAGE_SHAPES = ((28, 28), (28, 28, 1))  # the images the GAN and the built-in CNN and MLP take
 SAVED_MODEL = "saved"  # the model is rebuilt from the run's model.json (Keras's architecture file)
 MODEL_FILE = "model.json"
 
@@ -566,7 +567,7 @@ class GAN(Task):
     def check_data(self, examples) -> None:
         first = examples.first()[0] if hasattr(examples, "first") else examples.train_images[:1]
         shape = tuple(first.shape[1:])
-        if shape not in ((28, 28), (28, 28, 1)):
+        if shape not in IMAGE_SHAPES:
             raise DistcoreError(
                 f"the GAN generates 28x28 grey images and trains on images of that shape; the data's "
                 f"examples have shape {shape}."

@@ -100,15 +100,14 @@ def train(
             + (f" (did you mean {', '.join(close)}?)" if close else "")
             + f": the settings are TrainConfig's fields, {', '.join(sorted(known))}."
         )
-    named = task if task is None or isinstance(task, str) else False  # (False: a Task object)
-    task = tasks.coerce("classifier" if task is None else task)
+    given_task, task = task, tasks.coerce("classifier" if task is None else task)
     names = devices_lib.resolve(replicas=devices) if isinstance(devices, int) else devices_lib.resolve(devices=devices)
     if resume:
         given = {**settings, "devices": names}
         config = runs.resume_config(run_dir, given)
-        if named is not False:  # the run's own task and model, as `distcore train --resume` rebuilds them
+        if not isinstance(given_task, tasks.Task):  # the run's own task and model, as `train --resume` rebuilds
             kind = tasks.task_reference(task)[0]
-            if named is not None and kind != config.task:
+            if given_task is not None and kind != config.task:
                 raise DistcoreError(
                     f"run {Path(run_dir).name} trained the task {config.task!r}, not {kind!r}: leave task out to "
                     "resume it with its own."
